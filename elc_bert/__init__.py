@@ -1,0 +1,10 @@
+"""elc_bert: models in which not every layer counts the same, and each layer may choose what it reads.
+
+`import elc_bert` registers every model family with the `transformers` Auto classes.
+"""
+
+from .models import *  # noqa: F401,F403
+from .models import __all__ as _models_all
+
+__version__ = "0.1.0"
+__all__ = list(_models_all)

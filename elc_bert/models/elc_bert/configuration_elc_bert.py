@@ -1,0 +1,138 @@
+"""Configuration of ELC-BERT and its LTG-BERT backbone (see ../shared/docs/elc-bert.md)."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import PreTrainedConfig
+
+LAYER_COMBINATIONS = ("elc", "residual")
+ELC_VARIANTS = ("base", "zero", "normalized", "weighted_output")
+POSITIONAL_SPLITS = ("halves", "interleaved")
+
+# The paper's sizes (BabyLM 2023 strict / strict-small) and a tiny one for tests and CPU runs.
+PRESETS = {
+    "strict": dict(
+        vocab_size=16384, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=2048
+    ),
+    "strict-small": dict(
+        vocab_size=6144, hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1024
+    ),
+    "tiny": dict(vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128),
+}
+
+
+@strict
+class ElcBertConfig(PreTrainedConfig):
+    r"""
+    Configuration of an ELC-BERT (Every Layer Counts BERT) or a plain LTG-BERT model.
+
+    Args:
+        vocab_size (`int`): size of the vocabulary V.
+        hidden_size (`int`): width D of the hidden states.
+        num_hidden_layers (`int`): number of transformer blocks L.
+        num_attention_heads (`int`): number of heads H; `hidden_size` must be divisible by it.
+        intermediate_size (`int`): width I of the GeGLU feed-forward (its input projection is 2I wide).
+        max_position_embeddings (`int`): M, the distance at which relative-position buckets stop growing. Longer
+            inputs still work: distances are clamped at M - 1.
+        position_bucket_size (`int`): P, the number of relative-position buckets per direction (2P - 1 in all).
+            Distances up to P/2 are exact, longer ones logarithmic.
+        layer_norm_eps (`float`): epsilon of every LayerNorm.
+        hidden_dropout_prob (`float`): dropout on the embeddings and the feed-forward outputs.
+        attention_probs_dropout_prob (`float`): dropout on the relative embeddings, the attention probabilities
+            and the attention output.
+        classifier_dropout (`float`, *optional*): dropout in the fine-tuning heads; `None` uses `hidden_dropout_prob`.
+        layer_combination (`str`): `"elc"` (each block reads a learned convex combination of the embedding and all
+            earlier block outputs) or `"residual"` (plain LTG-BERT with a pre-norm residual stream).
+        elc_variant (`str`): ELC variant, one of `"base"` (the released checkpoints), `"zero"`, `"normalized"`,
+            `"weighted_output"` (see the spec's variant table). Ignored when `layer_combination="residual"`.
+        positional_split (`str`): how the 2D-wide positional projection splits into the positional query and key:
+            `"halves"` (ELC / BabyLM checkpoints) or `"interleaved"` (per head, older BNC LTG-BERT checkpoints).
+        pad_token_id, bos_token_id, eos_token_id, mask_token_id (`int`): special token ids of the reference
+            tokenizer ([PAD]=3, [CLS]=1, [SEP]=2, [MASK]=4).
+        tie_word_embeddings (`bool`): tie the MLM decoder to the input embedding.
+
+    Example:
+        >>> config = ElcBertConfig.from_preset("strict-small")
+        >>> model = ElcBertForMaskedLM(config)
+    """
+
+    model_type = "elc_bert"
+
+    vocab_size: int = 16384
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 2048
+    max_position_embeddings: int = 512
+    position_bucket_size: int = 32
+    layer_norm_eps: float = 1e-7
+    hidden_dropout_prob: float | int = 0.1
+    attention_probs_dropout_prob: float | int = 0.1
+    classifier_dropout: float | int | None = None
+    layer_combination: str = "elc"
+    elc_variant: str = "base"
+    positional_split: str = "halves"
+    pad_token_id: int | None = 3
+    bos_token_id: int | None = 1
+    eos_token_id: int | None = 2
+    mask_token_id: int | None = 4
+    tie_word_embeddings: bool = True
+
+    @classmethod
+    def from_preset(cls, name: str, **kwargs) -> "ElcBertConfig":
+        """A config of one of the named sizes in `PRESETS`; keyword arguments override single fields."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        return cls(**{**PRESETS[name], **kwargs})
+
+    def __post_init__(self, **kwargs):
+        self.check_values()
+        super().__post_init__(**kwargs)
+
+    def check_values(self):
+        """Raises `ValueError` naming the first field whose value is invalid."""
+        for field in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+        ):
+            if getattr(self, field) <= 0:
+                raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
+        if self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
+                f"({self.num_attention_heads})"
+            )
+        if self.position_bucket_size < 4 or self.position_bucket_size % 2:
+            raise ValueError(f"position_bucket_size must be an even number >= 4, got {self.position_bucket_size}")
+        if self.max_position_embeddings <= self.position_bucket_size // 2:
+            raise ValueError(
+                f"max_position_embeddings ({self.max_position_embeddings}) must exceed position_bucket_size / 2"
+            )
+        for field in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, field)
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"{field} must be in [0, 1), got {value}")
+        if self.layer_norm_eps <= 0:
+            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+        for field, allowed in (
+            ("layer_combination", LAYER_COMBINATIONS),
+            ("elc_variant", ELC_VARIANTS),
+            ("positional_split", POSITIONAL_SPLITS),
+        ):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field} must be one of {allowed}, got {getattr(self, field)!r}")
+
+
+class LtgBertConfig(ElcBertConfig):
+    """Reads the `config.json` of the published reference checkpoints (`model_type: "ltgbert"`).
+
+    It only exists so that `AutoConfig` and the Auto model classes recognise those folders without remote code; the
+    models convert it to an `ElcBertConfig` whose architecture is read off the checkpoint's weights.
+    """
+
+    model_type = "ltgbert"
+
+
+__all__ = ["ElcBertConfig", "LtgBertConfig", "PRESETS"]

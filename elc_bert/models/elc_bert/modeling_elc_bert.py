@@ -1,0 +1,736 @@
+"""ELC-BERT (Every Layer Counts BERT) and its LTG-BERT backbone.
+
+Written from the equations of ../shared/docs/elc-bert.md. Tensors are batch-first: B x T x D. The relative-position
+terms enter `scaled_dot_product_attention` as an additive bias built from one bucket table shared by all layers.
+"""
+
+import json
+import math
+import os
+import re
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_elc_bert import ElcBertConfig, LtgBertConfig
+
+
+def relative_position_buckets(length: int, bucket_size: int, max_position: int, device=None) -> torch.Tensor:
+    """T x T table of bucket indices delta(i, j) in [0, 2P-2] for query i and key j.
+
+    Exact up to |i - j| = P/2, logarithmic up to M - 1; longer distances are clamped at M - 1.
+    """
+    position = torch.arange(length, device=device)
+    relative = position[:, None] - position[None, :]
+    mid = bucket_size // 2
+    distance = relative.abs().clamp(max=max_position - 1)
+    log_ratio = torch.log(distance.float() / mid) / torch.log(torch.tensor((max_position - 1) / mid, device=device))
+    log_bucket = mid + torch.ceil(log_ratio * (mid - 1)).long()
+    bucket = torch.where(distance <= mid, relative, torch.sign(relative) * log_bucket)
+    return bucket + bucket_size - 1
+
+
+class ElcBertEmbeddings(nn.Module):
+    """Word embeddings (LN without affine, no positions) and the normalised relative-position table."""
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.relative_embedding = nn.Parameter(torch.empty(2 * config.position_bucket_size - 1, config.hidden_size))
+        self.relative_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        """Returns y_0 (B x T x D) and the normalised relative table R~ ((2P-1) x D)."""
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        return self.dropout(self.word_layer_norm(inputs_embeds)), self.relative_layer_norm(self.relative_embedding)
+
+
+class ElcBertAttention(nn.Module):
+    """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms."""
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scale = 1.0 / math.sqrt(3 * self.head_dim)
+        self.interleaved = config.positional_split == "interleaved"
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.in_proj_qk = nn.Linear(config.hidden_size, 2 * config.hidden_size)
+        self.in_proj_v = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def forward(self, hidden_states, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
+        """hidden_states: B x T x D; position_buckets: T x T; padding_mask: B x 1 x 1 x T, True at padded keys."""
+        batch, length, width = hidden_states.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        h = self.pre_layer_norm(hidden_states)
+        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4)
+        value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)
+
+        # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table.
+        position = self.in_proj_qk(self.dropout(relative_embedding))
+        if self.interleaved:
+            position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
+        else:
+            position = position.view(-1, 2, heads, head_dim).permute(1, 2, 0, 3)
+        query_position, key_position = position[0], position[1]  # each H x (2P-1) x d
+
+        content_to_position = query @ key_position.transpose(-1, -2)  # B x H x T x (2P-1), indexed by query
+        position_to_content = key @ query_position.transpose(-1, -2)  # B x H x T x (2P-1), indexed by key
+        index = position_buckets.expand(batch, heads, length, length)
+        bias = content_to_position.gather(-1, index)
+        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
+        bias = bias * self.scale
+        if padding_mask is not None:
+            # The dtype's own minimum rather than -inf: a fully padded row stays finite in bf16 and fp16.
+            bias = bias.masked_fill(padding_mask, torch.finfo(bias.dtype).min)
+
+        if output_attentions:
+            scores = (query @ key.transpose(-1, -2)) * self.scale + bias
+            probabilities = torch.softmax(scores.float(), dim=-1).to(value.dtype)
+            context = self.dropout(probabilities) @ value
+        else:
+            probabilities = None
+            dropout = self.dropout.p if self.training else 0.0
+            context = F.scaled_dot_product_attention(
+                query, key, value, attn_mask=bias.to(query.dtype), dropout_p=dropout, scale=self.scale
+            )
+        context = context.transpose(1, 2).reshape(batch, length, width)
+        return self.dropout(self.post_layer_norm(self.out_proj(context))), probabilities
+
+
+class ElcBertFeedForward(nn.Module):
+    """GeGLU feed-forward with an inner LayerNorm and no biases."""
+
+    def __init__(self, config: ElcBertConfig, layer_idx: int):
+        super().__init__()
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.inner_layer_norm = nn.LayerNorm(config.intermediate_size, config.layer_norm_eps, elementwise_affine=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # Deeper layers start with smaller feed-forward weights (applied in `_init_weights`).
+        self.up_proj.init_scale = self.down_proj.init_scale = math.sqrt(1.0 / (2.0 * (layer_idx + 1)))
+
+    def forward(self, hidden_states):
+        value, gate = self.up_proj(self.pre_layer_norm(hidden_states)).chunk(2, dim=-1)
+        return self.dropout(self.down_proj(self.inner_layer_norm(value * F.gelu(gate, approximate="tanh"))))
+
+
+class ElcBertLayer(GradientCheckpointingLayer):
+    """One block. With `layer_combination="elc"` it returns the update y_n; with `"residual"` the new stream."""
+
+    def __init__(self, config: ElcBertConfig, layer_idx: int):
+        super().__init__()
+        self.residual = config.layer_combination == "residual"
+        self.variant = config.elc_variant
+        self.attention = ElcBertAttention(config)
+        self.mlp = ElcBertFeedForward(config, layer_idx)
+        if not self.residual:
+            # theta^(n) of block n = layer_idx + 1: one logit per earlier state y_0..y_{n-1}.
+            self.prev_layer_weights = nn.Parameter(torch.zeros(layer_idx + 1))
+            if self.variant == "normalized":
+                self.output_layer_norm = nn.LayerNorm(
+                    config.hidden_size, config.layer_norm_eps, elementwise_affine=False
+                )
+
+    def forward(self, hidden_states, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
+        attention, probabilities = self.attention(
+            hidden_states, relative_embedding, position_buckets, padding_mask, output_attentions
+        )
+        if self.residual:
+            hidden_states = hidden_states + attention
+            return hidden_states + self.mlp(hidden_states), probabilities
+        if self.variant == "base":
+            return attention + self.mlp(attention), probabilities
+        output = attention + self.mlp(hidden_states + attention)
+        if self.variant == "normalized":
+            output = self.output_layer_norm(output)
+        return output, probabilities
+
+
+def mix_layers(logits: torch.Tensor, states: list[torch.Tensor]) -> torch.Tensor:
+    """sum_i softmax(logits)_i * states[i], without stacking the states into a new tensor."""
+    weights = torch.softmax(logits.float(), dim=0)
+    mixed = states[0] * weights[0].to(states[0].dtype)
+    for weight, state in zip(weights[1:], states[1:]):
+        mixed = torch.addcmul(mixed, state, weight.to(state.dtype))
+    return mixed
+
+
+class ElcBertEncoder(nn.Module):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.elc = config.layer_combination == "elc"
+        self.layers = nn.ModuleList(ElcBertLayer(config, i) for i in range(config.num_hidden_layers))
+        if self.elc and config.elc_variant == "weighted_output":
+            self.output_layer_weights = nn.Parameter(torch.zeros(config.num_hidden_layers + 1))
+
+    def forward(self, embeddings, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
+        """Returns the model output and the states y_0..y_L (ELC) or the residual stream after each block."""
+        states, attentions = [embeddings], []
+        hidden_states = embeddings
+        for layer in self.layers:
+            if self.elc:
+                hidden_states = mix_layers(layer.prev_layer_weights, states)
+            output, probabilities = layer(
+                hidden_states, relative_embedding, position_buckets, padding_mask, output_attentions=output_attentions
+            )
+            states.append(output)
+            attentions.append(probabilities)
+            hidden_states = output
+        if hasattr(self, "output_layer_weights"):
+            hidden_states = mix_layers(self.output_layer_weights, states)
+        return hidden_states, states, attentions
+
+
+class ElcBertLMHead(nn.Module):
+    """LN -> dense -> GELU -> LN -> dropout -> decoder (tied to the word embeddings)."""
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states):
+        hidden_states = self.post_layer_norm(F.gelu(self.dense(self.pre_layer_norm(hidden_states))))
+        return self.decoder(self.dropout(hidden_states))
+
+
+class ElcBertClassificationHead(nn.Module):
+    """The fine-tuning head of the reference: LN -> dense -> GELU -> LN -> dropout -> n outputs."""
+
+    def __init__(self, config: ElcBertConfig, num_outputs: int):
+        super().__init__()
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(config.hidden_size, num_outputs)
+
+    def forward(self, hidden_states):
+        hidden_states = self.post_layer_norm(F.gelu(self.dense(self.pre_layer_norm(hidden_states))))
+        return self.out_proj(self.dropout(hidden_states))
+
+
+# Reference checkpoint (model_type "ltgbert") key -> our key, without the base-model prefix for the backbone.
+_REFERENCE_KEYS = [
+    (r"^embedding\.word_embedding\.", "embeddings.word_embeddings."),
+    (r"^embedding\.relative_embedding$", "embeddings.relative_embedding"),
+    (r"^embedding\.relative_layer_norm\.", "embeddings.relative_layer_norm."),
+    (r"^transformer\.layers\.(\d+)\.mlp\.mlp\.1\.", r"encoder.layers.\1.mlp.up_proj."),
+    (r"^transformer\.layers\.(\d+)\.mlp\.mlp\.4\.", r"encoder.layers.\1.mlp.down_proj."),
+    (r"^transformer\.layers\.(\d+)\.", r"encoder.layers.\1."),
+    (r"^transformer\.prev_layer_weights$", "encoder.output_layer_weights"),
+]
+_REFERENCE_HEAD_KEYS = [
+    (r"^classifier\.nonlinearity\.1\.", "lm_head.dense."),
+    (r"^classifier\.nonlinearity\.5\.", "lm_head.decoder."),
+    (r"^head\.nonlinearity\.1\.", "classifier.dense."),
+    (r"^head\.nonlinearity\.5\.", "classifier.out_proj."),
+]
+
+
+def convert_ltgbert_state_dict(state_dict: dict, base_model_prefix: str = "") -> dict:
+    """Renames a reference (`ltgbert`) state dict to this package's keys; drops the stored bucket tables."""
+    converted = {}
+    for key, tensor in state_dict.items():
+        if key.endswith("attention.position_indices"):
+            continue
+        new_key = key
+        for pattern, replacement in _REFERENCE_HEAD_KEYS:
+            new_key = re.sub(pattern, replacement, new_key)
+        if new_key == key:
+            for pattern, replacement in _REFERENCE_KEYS:
+                new_key, count = re.subn(pattern, replacement, key)
+                if count:
+                    new_key = base_model_prefix + new_key
+                    break
+        converted[new_key] = tensor
+    return converted
+
+
+def ltgbert_architecture(state_dict: dict) -> dict:
+    """The config fields a reference state dict implies: ELC when `prev_layer_weights` keys are present."""
+    if "transformer.prev_layer_weights" in state_dict:
+        return {"layer_combination": "elc", "elc_variant": "weighted_output"}
+    if any(key.endswith("prev_layer_weights") for key in state_dict):
+        return {"layer_combination": "elc", "elc_variant": "base"}
+    return {"layer_combination": "residual"}
+
+
+class ElcBertPreTrainedModel(PreTrainedModel):
+    config: ElcBertConfig
+    base_model_prefix = "elc_bert"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["ElcBertLayer"]
+    _keys_to_ignore_on_load_unexpected = [r"position_indices"]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        std = math.sqrt(2.0 / (5.0 * self.config.hidden_size))
+        if isinstance(module, nn.Linear):
+            module_std = std * getattr(module, "init_scale", 1.0)
+            init.trunc_normal_(module.weight, mean=0.0, std=module_std, a=-2 * module_std, b=2 * module_std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+        elif isinstance(module, nn.LayerNorm) and module.weight is not None:
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, ElcBertEmbeddings):
+            init.trunc_normal_(module.relative_embedding, mean=0.0, std=std, a=-2 * std, b=2 * std)
+        elif isinstance(module, ElcBertLayer) and hasattr(module, "prev_layer_weights"):
+            logits = torch.zeros_like(module.prev_layer_weights)
+            if module.variant == "base":
+                logits[-1] = 1.0  # lean on the immediate predecessor at the start
+            init.copy_(module.prev_layer_weights, logits)
+        elif isinstance(module, ElcBertEncoder) and hasattr(module, "output_layer_weights"):
+            init.zeros_(module.output_layer_weights)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
+        """Loads our own checkpoints as usual, and the published reference ones (`model_type: "ltgbert"`)."""
+        if config is None or isinstance(config, LtgBertConfig):
+            reference = _read_reference_config(pretrained_model_name_or_path, kwargs)
+            if reference is not None:
+                return cls._from_ltgbert(pretrained_model_name_or_path, reference, **kwargs)
+        return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
+
+    @classmethod
+    def _from_ltgbert(cls, path, reference_config: dict, output_loading_info=False, **kwargs):
+        weights_file = _resolve_file(path, ("model.safetensors", "pytorch_model.bin"), kwargs)
+        if weights_file.endswith(".safetensors"):
+            from safetensors.torch import load_file
+
+            state_dict = load_file(weights_file)
+        else:
+            state_dict = torch.load(weights_file, map_location="cpu", weights_only=True)
+        dtype = kwargs.pop("dtype", kwargs.pop("torch_dtype", None))
+        hub_kwargs = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
+        overrides = {key: value for key, value in kwargs.items() if key not in hub_kwargs}
+        config = ElcBertConfig(**_ltgbert_config_fields(reference_config, state_dict, overrides))
+
+        model = cls(config)
+        prefix = "" if isinstance(model, ElcBertModel) else cls.base_model_prefix + "."
+        converted = convert_ltgbert_state_dict(state_dict, prefix)
+        expected = model.state_dict()
+        if prefix == "":  # a bare backbone keeps no head
+            converted = {k: v for k, v in converted.items() if not k.startswith(("lm_head.", "classifier."))}
+        else:  # a task model keeps only its own head
+            own_head = "lm_head." if isinstance(model, ElcBertForMaskedLM) else "classifier."
+            converted = {
+                k: v for k, v in converted.items() if k.startswith((prefix, own_head)) or k not in expected
+            }
+        for key, tensor in converted.items():
+            if key in expected and tensor.shape != expected[key].shape:
+                raise ValueError(
+                    f"{weights_file}: tensor {key!r} has shape {tuple(tensor.shape)} but the config "
+                    f"{config.to_diff_dict()} needs {tuple(expected[key].shape)}"
+                )
+        unexpected = sorted(set(converted) - set(expected))
+        if unexpected:
+            raise ValueError(f"{weights_file}: unexpected tensors for {cls.__name__}: {unexpected}")
+        tied = {"lm_head.decoder.weight"} if config.tie_word_embeddings else set()
+        missing = model.load_state_dict(converted, strict=False).missing_keys
+        missing = [key for key in missing if key not in tied]
+        model.tie_weights()
+        if dtype is not None:
+            model.to(dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype))
+        model.eval()
+        if output_loading_info:
+            return model, {"missing_keys": missing, "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
+        return model
+
+    def layer_weights(self) -> torch.Tensor:
+        """The ELC alpha matrix, L x (L+1): row n-1 holds softmax(theta^(n)) over y_0..y_{n-1}, zeros after."""
+        encoder = self.base_model.encoder
+        if not encoder.elc:
+            raise ValueError("layer_weights() needs an ELC model (config.layer_combination='elc')")
+        num_layers = len(encoder.layers)
+        alpha = torch.zeros(num_layers, num_layers + 1)
+        for n, layer in enumerate(encoder.layers):
+            alpha[n, : n + 1] = torch.softmax(layer.prev_layer_weights.detach().float().cpu(), dim=0)
+        return alpha
+
+
+def _read_reference_config(path, kwargs) -> dict | None:
+    """The config dict at `path` when it is a reference (`ltgbert`) checkpoint, else None."""
+    try:
+        config_file = _resolve_file(path, ("config.json",), kwargs)
+    except (OSError, ValueError):
+        return None
+    with open(config_file, encoding="utf-8") as handle:
+        config = json.load(handle)
+    return config if config.get("model_type") == "ltgbert" else None
+
+
+def _resolve_file(path, names, kwargs) -> str:
+    """The first of `names` found in a local folder or Hub repo `path`."""
+    path = str(path)
+    if os.path.isdir(path):
+        for name in names:
+            candidate = os.path.join(path, kwargs.get("subfolder") or "", name)
+            if os.path.isfile(candidate):
+                return candidate
+        raise OSError(f"{path} has none of {list(names)}")
+    from transformers.utils.hub import cached_file
+
+    hub_kwargs = {
+        key: kwargs[key]
+        for key in ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+        if key in kwargs
+    }
+    for name in names:
+        resolved = cached_file(path, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+        if resolved is not None:
+            return resolved
+    raise OSError(f"{path} has none of {list(names)}")
+
+
+def _ltgbert_config_fields(reference: dict, state_dict: dict, overrides: dict) -> dict:
+    """ElcBertConfig fields from a reference config.json and its weights; the reference's known defects fixed."""
+    known = set(ElcBertConfig.__dataclass_fields__)
+    fields = {k: v for k, v in reference.items() if k in known and k not in ("model_type", "architectures")}
+    for key in ("auto_map", "transformers_version", "output_all_encoded_layers", "torch_dtype", "dtype"):
+        fields.pop(key, None)
+    fields["pad_token_id"] = 3  # the reference configs say 4, which is [MASK]
+    fields.update(ltgbert_architecture(state_dict))
+    fields.update(overrides)
+    return fields
+
+
+class ElcBertModel(ElcBertPreTrainedModel):
+    """The bare encoder. `last_hidden_state` is y_L (ELC), the weighted output mixture (`weighted_output`) or the
+    residual stream (LTG-BERT); `hidden_states` are y_0..y_L (ELC) or the stream after each block (LTG-BERT)."""
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.embeddings = ElcBertEmbeddings(config)
+        self.encoder = ElcBertEncoder(config)
+        self._bucket_cache = {}
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def position_buckets(self, length: int, device) -> torch.Tensor:
+        """The T x T bucket table, built once per length and device and shared by all layers."""
+        key = (length, str(device))
+        if key not in self._bucket_cache:
+            self._bucket_cache[key] = relative_position_buckets(
+                length, self.config.position_bucket_size, self.config.max_position_embeddings, device
+            )
+        return self._bucket_cache[key]
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,  # accepted for tokenizer output, not used
+        position_ids: torch.Tensor | None = None,  # accepted, not used: positions are relative
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """input_ids: B x T; attention_mask: B x T with 1 for real tokens and 0 for padding."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        embeddings, relative_embedding = self.embeddings(input_ids, inputs_embeds)
+        batch, length = embeddings.shape[:2]
+        padding_mask = None
+        if attention_mask is not None:
+            padding_mask = (attention_mask == 0).view(batch, 1, 1, length)
+        last_hidden_state, states, attentions = self.encoder(
+            embeddings,
+            relative_embedding,
+            self.position_buckets(length, embeddings.device),
+            padding_mask,
+            output_attentions,
+        )
+        return BaseModelOutput(
+            last_hidden_state=last_hidden_state,
+            hidden_states=tuple(states) if output_hidden_states else None,
+            attentions=tuple(attentions) if output_attentions else None,
+        )
+
+
+def _loss_normaliser(labels_count: torch.Tensor, num_items_in_batch) -> torch.Tensor:
+    """Mean over the labelled items, or over the whole accumulated batch when the Trainer passes its count."""
+    if num_items_in_batch is not None:
+        return torch.as_tensor(num_items_in_batch, device=labels_count.device).clamp(min=1)
+    return labels_count.clamp(min=1)
+
+
+class ElcBertForMaskedLM(ElcBertPreTrainedModel):
+    _tied_weights_keys = {"lm_head.decoder.weight": "elc_bert.embeddings.word_embeddings.weight"}
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.elc_bert = ElcBertModel(config)
+        self.lm_head = ElcBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> MaskedLMOutput:
+        """labels: B x T, -100 where not scored. With labels, the head runs on the labelled positions only and
+        `logits` is N x V for those N positions (in row-major order); without, logits are B x T x V."""
+        outputs = self.elc_bert(
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        sequence_output = outputs.last_hidden_state
+        loss = None
+        if labels is None:
+            logits = self.lm_head(sequence_output)
+        else:
+            scored = labels != -100
+            logits = self.lm_head(sequence_output[scored])
+            loss = F.cross_entropy(logits.float(), labels[scored], reduction="sum")
+            loss = loss / _loss_normaliser(scored.sum(), num_items_in_batch)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForSequenceClassification(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        **kwargs,
+    ) -> SequenceClassifierOutput:
+        """Classifies each sequence from its first ([CLS]) position. labels: B (class ids, or floats to regress)."""
+        outputs = self.elc_bert(
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(outputs.last_hidden_state[:, 0])
+        loss = None
+        if labels is not None:
+            loss = self._classification_loss(logits, labels)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+    def _classification_loss(self, logits, labels):
+        if self.config.problem_type is None:
+            if self.num_labels == 1:
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
+            else:
+                self.config.problem_type = "multi_label_classification"
+        if self.config.problem_type == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+        if self.config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits.float(), labels.view(-1))
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+class ElcBertForTokenClassification(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
+        """Labels every position. labels: B x T, -100 where not scored; logits: B x T x num_labels."""
+        outputs = self.elc_bert(
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
+            loss = loss / _loss_normaliser((labels != -100).sum(), num_items_in_batch)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        labels=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        **kwargs,
+    ) -> MultipleChoiceModelOutput:
+        """input_ids: B x C x T (C choices); one logit per choice from its [CLS] position; labels: B."""
+        source = input_ids if input_ids is not None else inputs_embeds
+        num_choices = source.shape[1]
+        outputs = self.elc_bert(
+            input_ids.flatten(0, 1) if input_ids is not None else None,
+            attention_mask=attention_mask.flatten(0, 1) if attention_mask is not None else None,
+            inputs_embeds=inputs_embeds.flatten(0, 1) if inputs_embeds is not None else None,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        logits = self.classifier(outputs.last_hidden_state[:, 0]).view(-1, num_choices)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForQuestionAnswering(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        position_ids=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        output_attentions=None,
+        output_hidden_states=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        """Extractive QA: start and end logits (B x T) per position; positions outside the input are ignored."""
+        outputs = self.elc_bert(
+            input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        start_logits, end_logits = self.classifier(outputs.last_hidden_state).unbind(dim=-1)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            length = start_logits.shape[1]
+            start_positions = start_positions.view(-1).clamp(0, length)
+            end_positions = end_positions.view(-1).clamp(0, length)
+            loss = (
+                F.cross_entropy(start_logits.float(), start_positions, ignore_index=length)
+                + F.cross_entropy(end_logits.float(), end_positions, ignore_index=length)
+            ) / 2
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+__all__ = [
+    "ElcBertPreTrainedModel",
+    "ElcBertModel",
+    "ElcBertForMaskedLM",
+    "ElcBertForSequenceClassification",
+    "ElcBertForTokenClassification",
+    "ElcBertForMultipleChoice",
+    "ElcBertForQuestionAnswering",
+    "convert_ltgbert_state_dict",
+    "ltgbert_architecture",
+    "relative_position_buckets",
+]
