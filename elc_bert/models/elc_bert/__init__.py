@@ -1,13 +1,6 @@
-from .configuration_elc_bert import PRESETS, ElcBertConfig, LtgBertConfig
-from .modeling_elc_bert import (
-    ElcBertForMaskedLM,
-    ElcBertForMultipleChoice,
-    ElcBertForQuestionAnswering,
-    ElcBertForSequenceClassification,
-    ElcBertForTokenClassification,
-    ElcBertModel,
-    ElcBertPreTrainedModel,
-    convert_ltgbert_state_dict,
-    ltgbert_architecture,
-    relative_position_buckets,
-)
+from .configuration_elc_bert import *  # noqa: F403
+from .configuration_elc_bert import __all__ as _configuration_all
+from .modeling_elc_bert import *  # noqa: F403
+from .modeling_elc_bert import __all__ as _modeling_all
+
+__all__ = _configuration_all + _modeling_all

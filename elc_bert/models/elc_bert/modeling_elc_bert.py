@@ -64,6 +64,9 @@ class ElcBertEmbeddings(nn.Module):
 class ElcBertAttention(nn.Module):
     """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms."""
 
+    # Devices whose `scaled_dot_product_attention` has a fused kernel that takes a bias with a gradient.
+    fused_attention_devices = ("cuda",)
+
     def __init__(self, config: ElcBertConfig):
         super().__init__()
         self.num_heads = config.num_attention_heads
@@ -85,8 +88,9 @@ class ElcBertAttention(nn.Module):
         query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4)
         value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)
 
-        # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table.
-        position = self.in_proj_qk(self.dropout(relative_embedding))
+        # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the attention scale
+        # is applied to this small table rather than to the B x H x T x T bias.
+        position = self.in_proj_qk(self.dropout(relative_embedding)) * self.scale
         if self.interleaved:
             position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
         else:
@@ -98,17 +102,23 @@ class ElcBertAttention(nn.Module):
         index = position_buckets.expand(batch, heads, length, length)
         bias = content_to_position.gather(-1, index)
         bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
-        bias = bias * self.scale
         if padding_mask is not None:
             # The dtype's own minimum rather than -inf: a fully padded row stays finite in bf16 and fp16.
             bias = bias.masked_fill(padding_mask, torch.finfo(bias.dtype).min)
 
-        if output_attentions:
-            scores = (query @ key.transpose(-1, -2)) * self.scale + bias
-            probabilities = torch.softmax(scores.float(), dim=-1).to(value.dtype)
-            context = self.dropout(probabilities) @ value
+        probabilities = None
+        if output_attentions or query.device.type not in self.fused_attention_devices:
+            # Off CUDA, SDPA falls back to its unfused math path when the bias needs a gradient; this is that path
+            # with the scaling and the bias folded into one baddbmm.
+            scores = torch.baddbmm(
+                bias.flatten(0, 1), query.flatten(0, 1), key.flatten(0, 1).transpose(1, 2), alpha=self.scale
+            )
+            weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+            weights = weights.to(value.dtype)
+            context = (self.dropout(weights) @ value.flatten(0, 1)).view(batch, heads, length, head_dim)
+            if output_attentions:
+                probabilities = weights.view(batch, heads, length, length)
         else:
-            probabilities = None
             dropout = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(
                 query, key, value, attn_mask=bias.to(query.dtype), dropout_p=dropout, scale=self.scale
@@ -169,7 +179,7 @@ class ElcBertLayer(GradientCheckpointingLayer):
 
 def mix_layers(logits: torch.Tensor, states: list[torch.Tensor]) -> torch.Tensor:
     """sum_i softmax(logits)_i * states[i], without stacking the states into a new tensor."""
-    weights = torch.softmax(logits.float(), dim=0)
+    weights = torch.softmax(logits, dim=0, dtype=torch.promote_types(logits.dtype, torch.float32))
     mixed = states[0] * weights[0].to(states[0].dtype)
     for weight, state in zip(weights[1:], states[1:]):
         mixed = torch.addcmul(mixed, state, weight.to(state.dtype))
@@ -342,9 +352,7 @@ class ElcBertPreTrainedModel(PreTrainedModel):
             converted = {k: v for k, v in converted.items() if not k.startswith(("lm_head.", "classifier."))}
         else:  # a task model keeps only its own head
             own_head = "lm_head." if isinstance(model, ElcBertForMaskedLM) else "classifier."
-            converted = {
-                k: v for k, v in converted.items() if k.startswith((prefix, own_head)) or k not in expected
-            }
+            converted = {k: v for k, v in converted.items() if k.startswith((prefix, own_head)) or k not in expected}
         for key, tensor in converted.items():
             if key in expected and tensor.shape != expected[key].shape:
                 raise ValueError(
@@ -471,7 +479,7 @@ class ElcBertModel(ElcBertPreTrainedModel):
         embeddings, relative_embedding = self.embeddings(input_ids, inputs_embeds)
         batch, length = embeddings.shape[:2]
         padding_mask = None
-        if attention_mask is not None:
+        if attention_mask is not None and not bool(attention_mask.all()):
             padding_mask = (attention_mask == 0).view(batch, 1, 1, length)
         last_hidden_state, states, attentions = self.encoder(
             embeddings,
@@ -721,6 +729,7 @@ class ElcBertForQuestionAnswering(ElcBertPreTrainedModel):
             hidden_states=outputs.hidden_states,
             attentions=outputs.attentions,
         )
+
 
 __all__ = [
     "ElcBertPreTrainedModel",
