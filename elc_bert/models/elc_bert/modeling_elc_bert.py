@@ -85,7 +85,8 @@ class ElcBertAttention(nn.Module):
         batch, length, width = hidden_states.shape
         heads, head_dim = self.num_heads, self.head_dim
         h = self.pre_layer_norm(hidden_states)
-        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4)
+        # One copy into B x H x T x d layout serves the content scores and both positional terms.
+        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4).contiguous()
         value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)
 
         # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the attention scale
@@ -255,6 +256,7 @@ _REFERENCE_KEYS = [
     (r"^transformer\.layers\.(\d+)\.", r"encoder.layers.\1."),
     (r"^transformer\.prev_layer_weights$", "encoder.output_layer_weights"),
 ]
+_HEAD_PREFIXES = ("lm_head.", "classifier.")
 _REFERENCE_HEAD_KEYS = [
     (r"^classifier\.nonlinearity\.1\.", "lm_head.dense."),
     (r"^classifier\.nonlinearity\.5\.", "lm_head.decoder."),
@@ -349,10 +351,12 @@ class ElcBertPreTrainedModel(PreTrainedModel):
         converted = convert_ltgbert_state_dict(state_dict, prefix)
         expected = model.state_dict()
         if prefix == "":  # a bare backbone keeps no head
-            converted = {k: v for k, v in converted.items() if not k.startswith(("lm_head.", "classifier."))}
+            converted = {k: v for k, v in converted.items() if not k.startswith(_HEAD_PREFIXES)}
         else:  # a task model keeps only its own head
             own_head = "lm_head." if isinstance(model, ElcBertForMaskedLM) else "classifier."
-            converted = {k: v for k, v in converted.items() if k.startswith((prefix, own_head)) or k not in expected}
+            converted = {
+                k: v for k, v in converted.items() if k.startswith(own_head) or not k.startswith(_HEAD_PREFIXES)
+            }
         for key, tensor in converted.items():
             if key in expected and tensor.shape != expected[key].shape:
                 raise ValueError(

@@ -1,0 +1,1 @@
+"""What goes in: tokenizers, datasets and collators."""

@@ -1,0 +1,644 @@
+"""The ELC-BERT / LTG-BERT models: numerics against the naive reference, padding, long inputs, hidden states and
+attentions, ELC layer weights, tying, gradient checkpointing, bf16, the Auto classes, the task heads, init."""
+
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import (
+    ARCHITECTURES,
+    REF_DIMS,
+    TASK_CLASSES,
+    TINY,
+    arch_id,
+    assert_close,
+    build_model,
+    padded_batch,
+)
+from reference_impl import bucket_index, naive_forward
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+from transformers.utils import ModelOutput
+
+from elc_bert import (
+    ElcBertConfig,
+    ElcBertForMaskedLM,
+    ElcBertForMultipleChoice,
+    ElcBertForQuestionAnswering,
+    ElcBertForSequenceClassification,
+    ElcBertForTokenClassification,
+    ElcBertModel,
+)
+from elc_bert.models.elc_bert.modeling_elc_bert import relative_position_buckets
+
+NUM_LABELS = 3
+
+
+def class_id(cls):
+    return cls.__name__.replace("ElcBert", "")
+
+
+def task_model(model_class, arch=("elc", "base"), seed=0, **overrides):
+    extra = (
+        {"num_labels": NUM_LABELS}
+        if model_class in (ElcBertForSequenceClassification, ElcBertForTokenClassification)
+        else {}
+    )
+    return build_model(model_class, seed=seed, layer_combination=arch[0], elc_variant=arch[1], **extra, **overrides)
+
+
+def task_inputs(model_class, lengths=(11, 7, 4), num_choices=3, seed=0):
+    """Inputs for `model_class`: B x T, or B x C x T for multiple choice (one padded batch per choice)."""
+    if model_class is ElcBertForMultipleChoice:
+        ids, masks = [], []
+        for choice in range(num_choices):
+            shifted = [max(1, n - 2 * choice) for n in lengths]
+            i, m = padded_batch(shifted, seed=seed + choice)
+            pad = max(lengths) - i.shape[1]
+            ids.append(F.pad(i, (0, pad), value=3))
+            masks.append(F.pad(m, (0, pad), value=0))
+        return torch.stack(ids, 1), torch.stack(masks, 1)
+    return padded_batch(list(lengths), seed=seed)
+
+
+def main_outputs(model_class, output):
+    """The tensors a task model is for, each with batch first."""
+    assert isinstance(output, ModelOutput)
+    if model_class is ElcBertModel:
+        return [output.last_hidden_state]
+    if model_class is ElcBertForQuestionAnswering:
+        return [output.start_logits, output.end_logits]
+    return [output.logits]
+
+
+# ============================================================================== 2. numerics vs the naive reference
+NUMERIC_CASES = [
+    (arch, split) for arch in ARCHITECTURES for split in ("halves", "interleaved")
+]  # residual + 4 ELC variants, each with both positional splits
+
+
+def _load_reference(folder, arch, split, model_class=ElcBertForMaskedLM):
+    overrides = {}
+    if arch[0] == "elc" and arch[1] in ("zero", "normalized"):
+        overrides["elc_variant"] = arch[1]  # not readable off the weights
+    if split != "halves":
+        overrides["positional_split"] = split
+    return model_class.from_pretrained(folder, **overrides)
+
+
+@pytest.mark.parametrize("arch, split", NUMERIC_CASES, ids=[f"{arch_id(a)}-{s}" for a, s in NUMERIC_CASES])
+def test_matches_naive_reference(reference_checkpoint, arch, split):
+    elc = arch[0] == "elc"
+    folder, sd = reference_checkpoint(elc=elc, weighted_output=arch[1] == "weighted_output" and elc, seed=3)
+    model = _load_reference(folder, arch, split)
+    assert not model.training
+    assert model.config.layer_combination == arch[0]
+    if elc:
+        assert model.config.elc_variant == arch[1]
+    assert model.config.positional_split == split
+
+    # T = 20 reaches the first logarithmic buckets (|i - j| up to 19).
+    input_ids, attention_mask = padded_batch([20, 13, 6], vocab_size=REF_DIMS["vocab_size"], seed=1)
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    ref = naive_forward(
+        sd,
+        input_ids,
+        attention_mask,
+        num_heads=REF_DIMS["num_heads"],
+        layer_combination=arch[0],
+        elc_variant=arch[1],
+        positional_split=split,
+    )
+    # Padding masks keys only: every query row, padded or not, is defined and compared.
+    hidden = model.elc_bert(input_ids, attention_mask=attention_mask).last_hidden_state
+    assert_close(hidden, ref["last_hidden_state"], what="base last_hidden_state")
+    assert len(out.hidden_states) == REF_DIMS["num_layers"] + 1
+    for n, (ours, theirs) in enumerate(zip(out.hidden_states, ref["hidden_states"])):
+        assert_close(ours, theirs, what=f"hidden_states[{n}]")
+    # The logits are of order 1-2 here (errors ~1e-6): 1e-5 absolute, no relative slack.
+    assert_close(out.logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
+    if elc:
+        alpha = model.layer_weights()
+        for n, naive_alpha in enumerate(ref["alpha"]):
+            assert_close(alpha[n, : n + 1], naive_alpha, atol=1e-6, what=f"alpha row {n}")
+            assert torch.all(alpha[n, n + 1 :] == 0)
+
+
+def test_positional_split_changes_the_output(reference_checkpoint):
+    """The two split conventions must not coincide on random weights (otherwise test above checks nothing)."""
+    folder, sd = reference_checkpoint(elc=True, seed=4)
+    ids, mask = padded_batch([9, 6], vocab_size=REF_DIMS["vocab_size"])
+    kw = dict(num_heads=REF_DIMS["num_heads"], layer_combination="elc")
+    halves = naive_forward(sd, ids, mask, positional_split="halves", **kw)["last_hidden_state"]
+    interleaved = naive_forward(sd, ids, mask, positional_split="interleaved", **kw)["last_hidden_state"]
+    assert (halves - interleaved).abs().max() > 1e-3
+    model = ElcBertForMaskedLM.from_pretrained(folder, positional_split="interleaved")
+    with torch.no_grad():
+        ours = model.elc_bert(ids, attention_mask=mask).last_hidden_state
+    assert_close(ours, interleaved, what="interleaved")
+
+
+# ============================================================================== 4. longer than max_position_embeddings
+@pytest.mark.parametrize("combination, bucket", [("elc", 32), ("residual", 8)], ids=["elc-P32", "ltg-P8"])
+def test_longer_than_max_position_matches_naive(reference_checkpoint, combination, bucket):
+    max_position = 24
+    folder, sd = reference_checkpoint(
+        elc=combination == "elc", seed=5, max_position_embeddings=max_position, bucket=bucket, num_layers=2
+    )
+    model = ElcBertForMaskedLM.from_pretrained(folder)
+    assert model.config.max_position_embeddings == max_position
+    assert model.config.position_bucket_size == bucket
+    input_ids, attention_mask = padded_batch([40, 29], vocab_size=REF_DIMS["vocab_size"], seed=2)
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    ref = naive_forward(
+        sd,
+        input_ids,
+        attention_mask,
+        num_heads=REF_DIMS["num_heads"],
+        layer_combination=combination,
+        max_position_embeddings=max_position,
+        position_bucket_size=bucket,
+    )
+    for n, (ours, theirs) in enumerate(zip(out.hidden_states, ref["hidden_states"], strict=True)):
+        assert_close(ours, theirs, what=f"hidden_states[{n}]")
+    assert_close(out.logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
+
+
+# ============================================================================== 13. relative position buckets
+SPEC_BUCKETS = {0: 0, 16: 16, 17: 17, 32: 20, 64: 23, 128: 26, 256: 29, 406: 31, 511: 31, 599: 31}
+
+
+@pytest.mark.parametrize("length, bucket, max_position", [(600, 32, 512), (50, 8, 24), (40, 32, 24)])
+def test_relative_position_buckets_match_naive(length, bucket, max_position):
+    table = relative_position_buckets(length, bucket, max_position)
+    assert table.shape == (length, length)
+    # The naive index depends on (i, j) only through i - j: one call per offset fills the whole table.
+    per_offset = {rel: bucket_index(rel, 0, bucket, max_position) for rel in range(-(length - 1), length)}
+    offsets = torch.arange(length)[:, None] - torch.arange(length)[None, :]
+    expected = torch.tensor([per_offset[r] for r in range(-(length - 1), length)])[offsets + length - 1]
+    mismatches = (table.long() != expected).nonzero()
+    assert mismatches.numel() == 0, f"{len(mismatches)} pairs differ, first (i, j) = {mismatches[0].tolist()}"
+    assert table.min() >= 0 and table.max() <= 2 * bucket - 2
+    # Spot checks from the spec: 17 -> 17, 32 -> 20, 64 -> 23, 128 -> 26, 256 -> 29, 406..511 -> 31, clamped beyond.
+    if (bucket, max_position) == (32, 512):
+        for rel, b in SPEC_BUCKETS.items():
+            assert table[rel, 0] == b + bucket - 1
+            assert table[0, rel] == -b + bucket - 1
+
+
+# ============================================================================== 3. padded batch == each sequence alone
+PADDING_ARCHS = [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")]
+
+
+@pytest.mark.parametrize("arch", PADDING_ARCHS, ids=arch_id)
+@pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
+def test_padded_batch_equals_each_sequence_alone(model_class, arch):
+    model = task_model(model_class, arch)
+    input_ids, attention_mask = task_inputs(model_class)
+    with torch.no_grad():
+        batched = main_outputs(model_class, model(input_ids, attention_mask=attention_mask))
+        for row in range(input_ids.shape[0]):
+            if model_class is ElcBertForMultipleChoice:
+                for choice in range(input_ids.shape[1]):
+                    n = int(attention_mask[row, choice].sum())
+                    alone = model(input_ids[row : row + 1, choice : choice + 1, :n]).logits
+                    assert_close(batched[0][row, choice], alone[0, 0], what=f"row {row} choice {choice}")
+                continue
+            n = int(attention_mask[row].sum())
+            alone = main_outputs(model_class, model(input_ids[row : row + 1, :n]))
+            for ours, single in zip(batched, alone, strict=True):
+                if model_class is ElcBertForSequenceClassification:
+                    assert_close(ours[row], single[0], what=f"row {row}")
+                else:  # per-position outputs: compare the real positions
+                    assert_close(ours[row, :n], single[0], what=f"row {row}")
+
+
+# ============================================================================== 5. hidden states and attentions
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+def test_hidden_states_count_and_shape(arch):
+    model = task_model(ElcBertModel, arch)
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        plain = model(input_ids, attention_mask=attention_mask)
+    L, D = TINY["num_hidden_layers"], TINY["hidden_size"]
+    assert plain.hidden_states is None and plain.attentions is None
+    assert len(out.hidden_states) == L + 1
+    for state in out.hidden_states:
+        assert state.shape == (3, 11, D)
+    assert torch.equal(out.last_hidden_state, plain.last_hidden_state)
+    if arch[1] == "weighted_output" and arch[0] == "elc":
+        # The output is a mixture of y_0..y_L, not the last block output.
+        assert not torch.allclose(out.last_hidden_state, out.hidden_states[-1], atol=1e-4)
+    else:
+        torch.testing.assert_close(out.last_hidden_state, out.hidden_states[-1], rtol=0, atol=0)
+    # y_0 is the embedding output LN0(E[ids]), whatever the architecture.
+    embedded = model.get_input_embeddings()(input_ids)
+    torch.testing.assert_close(
+        out.hidden_states[0], F.layer_norm(embedded, (D,), eps=model.config.layer_norm_eps), rtol=1e-5, atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
+def test_every_class_returns_hidden_states_and_attentions(model_class):
+    model = task_model(model_class)
+    input_ids, attention_mask = task_inputs(model_class)
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True, output_attentions=True)
+    rows = input_ids.shape[0] * (input_ids.shape[1] if input_ids.dim() == 3 else 1)
+    T, L = input_ids.shape[-1], TINY["num_hidden_layers"]
+    assert len(out.hidden_states) == L + 1
+    assert all(h.shape == (rows, T, TINY["hidden_size"]) for h in out.hidden_states)
+    assert len(out.attentions) == L
+    assert all(a.shape == (rows, TINY["num_attention_heads"], T, T) for a in out.attentions)
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "normalized")], ids=arch_id)
+def test_attentions_are_distributions_over_real_keys(arch):
+    model = task_model(ElcBertForMaskedLM, arch)
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_attentions=True)
+        plain = model(input_ids, attention_mask=attention_mask)
+    # Asking for the probabilities does not change the result.
+    torch.testing.assert_close(out.logits, plain.logits, rtol=1e-5, atol=1e-5)
+    B, T = input_ids.shape
+    assert len(out.attentions) == TINY["num_hidden_layers"]
+    padded_keys = (attention_mask == 0)[:, None, None, :].expand(B, TINY["num_attention_heads"], T, T)
+    for layer, probs in enumerate(out.attentions):
+        assert probs.shape == (B, TINY["num_attention_heads"], T, T)
+        assert torch.all(probs >= 0)
+        torch.testing.assert_close(probs.sum(-1), torch.ones(B, TINY["num_attention_heads"], T), rtol=0, atol=1e-5)
+        assert torch.all(probs[padded_keys] == 0), f"layer {layer}: probability on a padded key"
+        # Not degenerate: real keys share the mass.
+        assert probs[0, :, :, :11].max() < 1.0
+
+
+# ============================================================================== 6. layer_weights()
+@pytest.mark.parametrize("variant", ["base", "zero", "normalized", "weighted_output"])
+@pytest.mark.parametrize("model_class", [ElcBertModel, ElcBertForMaskedLM, ElcBertForQuestionAnswering], ids=class_id)
+def test_layer_weights_properties(model_class, variant):
+    model = task_model(model_class, ("elc", variant), num_hidden_layers=4)
+    alpha = model.layer_weights()
+    L = 4
+    assert alpha.shape == (L, L + 1)
+    torch.testing.assert_close(alpha.sum(1), torch.ones(L), rtol=0, atol=1e-6)
+    assert torch.all(alpha >= 0)
+    assert torch.all(torch.triu(alpha, diagonal=1) == 0), "nonzero weight on a later layer"
+    encoder = model.encoder if model_class is ElcBertModel else model.elc_bert.encoder
+    for n in range(L):
+        logits = encoder.layers[n].prev_layer_weights.detach().double()
+        assert logits.shape == (n + 1,)
+        expected = torch.exp(logits - logits.max()) / torch.exp(logits - logits.max()).sum()
+        torch.testing.assert_close(alpha[n, : n + 1].double(), expected, rtol=0, atol=1e-6)
+    # It follows the parameters.
+    with torch.no_grad():
+        encoder.layers[2].prev_layer_weights.copy_(torch.tensor([0.0, 0.0, 50.0]))
+    assert model.layer_weights()[2, 2] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    "model_class", [ElcBertModel, ElcBertForMaskedLM, ElcBertForSequenceClassification], ids=class_id
+)
+def test_layer_weights_raises_for_residual(model_class):
+    model = task_model(model_class, ("residual", "base"))
+    with pytest.raises(ValueError):
+        model.layer_weights()
+
+
+# ============================================================================== 7. tied embeddings
+def test_tied_embeddings_survive_save_and_load(tmp_path):
+    model = task_model(ElcBertForMaskedLM)
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    model.save_pretrained(tmp_path)
+    assert os.path.isfile(tmp_path / "model.safetensors")
+    loaded = ElcBertForMaskedLM.from_pretrained(tmp_path)
+    decoder, embedding = loaded.get_output_embeddings().weight, loaded.get_input_embeddings().weight
+    assert decoder is embedding
+    assert torch.equal(embedding, model.get_input_embeddings().weight)
+    torch.testing.assert_close(loaded.get_output_embeddings().bias, model.get_output_embeddings().bias, rtol=0, atol=0)
+    # Still tied in use: changing the embedding changes the decoder.
+    with torch.no_grad():
+        embedding[5].add_(1.0)
+    assert torch.equal(loaded.get_output_embeddings().weight[5], embedding[5])
+
+
+def test_resize_token_embeddings_keeps_tying(tmp_path):
+    model = task_model(ElcBertForMaskedLM)
+    V = TINY["vocab_size"]
+    input_ids, attention_mask = padded_batch([9, 5])
+    with torch.no_grad():
+        before = model(input_ids, attention_mask=attention_mask).logits
+    model.resize_token_embeddings(V + 10)
+    assert model.get_input_embeddings().weight.shape == (V + 10, TINY["hidden_size"])
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    assert model.config.vocab_size == V + 10
+    with torch.no_grad():
+        after = model(input_ids, attention_mask=attention_mask).logits
+        new_token = model(torch.tensor([[1, V + 5, V + 9]])).logits
+    assert after.shape == (2, 9, V + 10)
+    assert torch.isfinite(new_token).all()
+    torch.testing.assert_close(after[..., :V], before, rtol=1e-5, atol=1e-5)
+    # And it round-trips.
+    model.save_pretrained(tmp_path)
+    loaded = ElcBertForMaskedLM.from_pretrained(tmp_path)
+    assert loaded.get_output_embeddings().weight is loaded.get_input_embeddings().weight
+    with torch.no_grad():
+        reloaded = loaded(input_ids, attention_mask=attention_mask).logits
+    torch.testing.assert_close(reloaded, after, rtol=0, atol=1e-6)
+
+
+# ============================================================================== 8. gradient checkpointing
+def _grads(model, input_ids, attention_mask, labels):
+    model.zero_grad(set_to_none=True)
+    loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
+    loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
+def test_gradient_checkpointing_same_gradients(arch):
+    model = task_model(ElcBertForMaskedLM, arch).train()
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    labels = torch.where(torch.rand(input_ids.shape, generator=torch.Generator().manual_seed(0)) < 0.4, input_ids, -100)
+    labels[attention_mask == 0] = -100
+    labels[0, 1] = input_ids[0, 1]
+
+    # Count the forward calls of one Linear inside the first block: recomputation in backward makes it 2 per step.
+    first_linear = next(m for m in model.elc_bert.encoder.layers[0].modules() if isinstance(m, torch.nn.Linear))
+    calls = []
+    handle = first_linear.register_forward_hook(lambda *args: calls.append(1))
+
+    reference = _grads(model, input_ids, attention_mask, labels)
+    plain_calls = len(calls)
+    model.gradient_checkpointing_enable()
+    assert model.is_gradient_checkpointing
+    calls.clear()
+    checkpointed = _grads(model, input_ids, attention_mask, labels)
+    handle.remove()
+    assert len(calls) > plain_calls, "gradient checkpointing did not recompute the block"
+
+    assert set(checkpointed) == set(reference)
+    assert len(reference) == len([p for p in model.parameters() if p.requires_grad])
+    for name, grad in reference.items():
+        torch.testing.assert_close(checkpointed[name], grad, rtol=1e-5, atol=1e-5, msg=name)
+
+
+# ============================================================================== 9. bf16 autocast and fully padded rows
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+def test_bf16_autocast_forward_backward_no_nan(arch):
+    model = task_model(ElcBertForMaskedLM, arch).train()
+    input_ids, attention_mask = padded_batch([11, 7, 4, 6])
+    attention_mask[2] = 0  # a fully padded row
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1:3] = input_ids[:, 1:3]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=True)
+        plain = model(input_ids, attention_mask=attention_mask)
+    assert torch.isfinite(out.loss)
+    assert torch.isfinite(out.logits.float()).all()
+    assert torch.isfinite(plain.logits.float()).all()
+    assert all(torch.isfinite(h.float()).all() for h in out.hidden_states)
+    out.loss.backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert grads, "no gradient reached the parameters"
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            assert torch.isfinite(p.grad).all(), name
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+def test_fully_padded_row_float32(arch):
+    model = task_model(ElcBertForMaskedLM, arch)
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    attention_mask[1] = 0
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True, output_attentions=True)
+        others = model(input_ids[[0, 2]], attention_mask=attention_mask[[0, 2]]).logits
+    assert torch.isfinite(out.logits).all()
+    assert all(torch.isfinite(h).all() for h in out.hidden_states)
+    assert all(torch.isfinite(a).all() for a in out.attentions)
+    # The empty row does not disturb the others.
+    torch.testing.assert_close(out.logits[[0, 2]], others, rtol=1e-5, atol=1e-5)
+    # And the gradient is finite too.
+    model.train()
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1] = input_ids[:, 1]
+    loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+
+
+# ============================================================================== 10. Auto classes round trip
+AUTO = {
+    ElcBertModel: AutoModel,
+    ElcBertForMaskedLM: AutoModelForMaskedLM,
+    ElcBertForSequenceClassification: AutoModelForSequenceClassification,
+    ElcBertForTokenClassification: AutoModelForTokenClassification,
+    ElcBertForMultipleChoice: AutoModelForMultipleChoice,
+    ElcBertForQuestionAnswering: AutoModelForQuestionAnswering,
+}
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "weighted_output")], ids=arch_id)
+@pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
+def test_auto_round_trip(tmp_path, model_class, arch):
+    model = task_model(model_class, arch, positional_split="interleaved")
+    input_ids, attention_mask = task_inputs(model_class)
+    model.save_pretrained(tmp_path)
+    loaded = AUTO[model_class].from_pretrained(tmp_path)
+    assert type(loaded) is model_class
+    assert loaded.config.layer_combination == arch[0]
+    assert loaded.config.positional_split == "interleaved"
+    assert not loaded.training
+    # Bit-identical weights, no key lost or added.
+    original_state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert set(loaded_state) == set(original_state)
+    for key, tensor in original_state.items():
+        assert torch.equal(loaded_state[key], tensor), key
+    with torch.no_grad():
+        expected = main_outputs(model_class, model(input_ids, attention_mask=attention_mask))
+        actual = main_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
+    # Not torch.equal: the loaded tensors live in memory-mapped safetensors storage with a different alignment, and
+    # CPU BLAS kernels may then round the last bit differently (seen: 6e-8). Identical weights are checked above.
+    for a, e in zip(actual, expected, strict=True):
+        torch.testing.assert_close(a, e, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
+def test_token_type_ids_accepted_and_ignored(model_class):
+    model = task_model(model_class)
+    input_ids, attention_mask = task_inputs(model_class)
+    token_type_ids = torch.randint(0, 2, input_ids.shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        with_types = main_outputs(
+            model_class, model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        )
+        without = main_outputs(model_class, model(input_ids=input_ids, attention_mask=attention_mask))
+    for a, b in zip(with_types, without, strict=True):
+        assert torch.equal(a, b)
+
+
+# ============================================================================== 12. task heads: losses and backward
+def _labels_for(model_class, input_ids, attention_mask):
+    gen = torch.Generator().manual_seed(7)
+    B = input_ids.shape[0]
+    if model_class is ElcBertForSequenceClassification:
+        return {"labels": torch.randint(0, NUM_LABELS, (B,), generator=gen)}
+    if model_class is ElcBertForTokenClassification:
+        labels = torch.randint(0, NUM_LABELS, input_ids.shape, generator=gen)
+        return {"labels": labels.masked_fill(attention_mask == 0, -100)}
+    if model_class is ElcBertForMultipleChoice:
+        return {"labels": torch.randint(0, input_ids.shape[1], (B,), generator=gen)}
+    if model_class is ElcBertForQuestionAnswering:
+        lengths = attention_mask.sum(1)
+        start = torch.stack([torch.randint(0, int(n), (1,), generator=gen)[0] for n in lengths])
+        return {"start_positions": start, "end_positions": torch.minimum(start + 2, lengths - 1)}
+    labels = torch.full_like(input_ids, -100)
+    labels[:, 1:4] = input_ids[:, 1:4]
+    return {"labels": labels}
+
+
+def _expected_loss(model_class, logits_output, labels):
+    if model_class is ElcBertForQuestionAnswering:
+        start = F.cross_entropy(logits_output.start_logits.double(), labels["start_positions"])
+        end = F.cross_entropy(logits_output.end_logits.double(), labels["end_positions"])
+        return (start + end) / 2
+    logits = logits_output.logits.double()
+    if model_class is ElcBertForTokenClassification:
+        return F.cross_entropy(logits.flatten(0, 1), labels["labels"].flatten(), ignore_index=-100)
+    return F.cross_entropy(logits, labels["labels"])
+
+
+HEAD_CLASSES = [
+    ElcBertForSequenceClassification,
+    ElcBertForTokenClassification,
+    ElcBertForMultipleChoice,
+    ElcBertForQuestionAnswering,
+]
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base")], ids=arch_id)
+@pytest.mark.parametrize("model_class", HEAD_CLASSES + [ElcBertForMaskedLM], ids=class_id)
+def test_task_head_loss_and_backward(model_class, arch):
+    model = task_model(model_class, arch).train()
+    input_ids, attention_mask = task_inputs(model_class)
+    labels = _labels_for(model_class, input_ids, attention_mask)
+    out = model(input_ids, attention_mask=attention_mask, **labels)
+    assert out.loss is not None and out.loss.dim() == 0
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"no gradient for {name}"
+        assert torch.isfinite(p.grad).all(), name
+    # The head's own output layer must get a nonzero gradient.
+    assert any(p.grad.abs().sum() > 0 for n, p in model.named_parameters() if not n.startswith("elc_bert."))
+    B = input_ids.shape[0]
+    if model_class is ElcBertForSequenceClassification:
+        assert out.logits.shape == (B, NUM_LABELS)
+    elif model_class is ElcBertForTokenClassification:
+        assert out.logits.shape == (B, input_ids.shape[1], NUM_LABELS)
+    elif model_class is ElcBertForMultipleChoice:
+        assert out.logits.shape == (B, input_ids.shape[1])
+    elif model_class is ElcBertForQuestionAnswering:
+        assert out.start_logits.shape == out.end_logits.shape == input_ids.shape
+    if model_class is not ElcBertForMaskedLM:
+        with torch.no_grad():
+            expected = _expected_loss(model_class, out, labels)
+        torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
+def test_masked_lm_with_labels_runs_head_on_labelled_positions(arch):
+    model = task_model(ElcBertForMaskedLM, arch)
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    labels = torch.full_like(input_ids, -100)
+    positions = [(0, 1), (0, 5), (0, 10), (1, 0), (1, 6), (2, 2)]
+    targets = torch.tensor([9, 20, 33, 50, 61, 77])
+    for (row, col), target in zip(positions, targets):
+        labels[row, col] = target
+    with torch.no_grad():
+        full = model(input_ids, attention_mask=attention_mask).logits
+        out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    V = TINY["vocab_size"]
+    assert full.shape == (3, 11, V)
+    assert out.logits.shape == (len(positions), V)
+    picked = torch.stack([full[r, c] for r, c in positions])  # row-major order
+    torch.testing.assert_close(out.logits, picked, rtol=1e-5, atol=1e-5)
+    expected = F.cross_entropy(picked.double(), targets)
+    torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
+
+
+# ============================================================================== 14. initialisation
+@pytest.fixture(scope="module")
+def big_model():
+    torch.manual_seed(0)
+    config = ElcBertConfig(
+        vocab_size=512, hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512
+    )
+    return ElcBertForMaskedLM(config)
+
+
+TRUNC_STD = 0.8796  # std of a standard normal truncated at +-2
+
+
+def test_init_embedding_std(big_model):
+    D = 256
+    sigma = math.sqrt(2.0 / (5.0 * D))
+    weight = big_model.get_input_embeddings().weight.detach()
+    assert weight.std().item() == pytest.approx(sigma * TRUNC_STD, rel=0.1)
+    assert weight.abs().max().item() <= 2 * sigma + 1e-6
+    assert weight.mean().abs().item() < 0.05 * sigma
+
+
+def test_init_ffn_scaled_by_depth_and_attention_not(big_model):
+    D = 256
+    sigma = math.sqrt(2.0 / (5.0 * D))
+    state = big_model.state_dict()
+    per_layer = {}
+    for key, tensor in state.items():
+        if "mlp" in key and tensor.dim() == 2:
+            layer = int(key.split("layers.")[1].split(".")[0])
+            per_layer.setdefault(layer, []).append((key, tensor))
+    assert sorted(per_layer) == [0, 1, 2, 3], "no FFN weights found through the 'mlp' state-dict keys"
+    for layer, tensors in per_layer.items():
+        expected = sigma * TRUNC_STD * math.sqrt(1.0 / (2.0 * (layer + 1)))
+        for key, tensor in tensors:
+            assert tensor.float().std().item() == pytest.approx(expected, rel=0.1), key
+    # Attention projections are not rescaled.
+    attention = [(k, t) for k, t in state.items() if "attention" in k and t.dim() == 2]
+    assert attention
+    for key, tensor in attention:
+        assert tensor.float().std().item() == pytest.approx(sigma * TRUNC_STD, rel=0.1), key
+    # Biases start at zero.
+    for key, tensor in state.items():
+        if key.endswith("bias") and "layer_norm" not in key:
+            assert torch.all(tensor == 0), key
+
+
+def test_init_elc_base_leans_on_predecessor(big_model):
+    alpha = big_model.layer_weights()
+    for n in range(alpha.shape[0]):
+        assert alpha[n].argmax().item() == n
+        # theta = (0, ..., 0, 1): alpha_prev = e / (e + n)
+        assert alpha[n, n].item() == pytest.approx(math.e / (math.e + n), abs=1e-6)
+
+
+@pytest.mark.parametrize("variant", ["zero", "normalized", "weighted_output"])
+def test_init_other_variants_uniform(variant):
+    torch.manual_seed(0)
+    model = ElcBertModel(ElcBertConfig(**{**TINY, "elc_variant": variant}))
+    alpha = model.layer_weights()
+    for n in range(alpha.shape[0]):
+        torch.testing.assert_close(alpha[n, : n + 1], torch.full((n + 1,), 1.0 / (n + 1)), rtol=0, atol=1e-6)

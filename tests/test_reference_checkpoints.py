@@ -1,0 +1,335 @@
+"""Loading the published reference checkpoints (`model_type: "ltgbert"`, reference key layout) without remote code.
+
+The checkpoints are random ones written in the exact reference layout (`random_reference_state_dict`), in both file
+formats the Hub repos use; every load is checked against the naive reference implementation.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import REF_DIMS, assert_close, padded_batch, write_reference_checkpoint
+from reference_impl import naive_forward, random_reference_state_dict
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+
+from elc_bert import (
+    ElcBertForMaskedLM,
+    ElcBertForMultipleChoice,
+    ElcBertForQuestionAnswering,
+    ElcBertForSequenceClassification,
+    ElcBertForTokenClassification,
+    ElcBertModel,
+    LtgBertConfig,
+)
+
+# (name, elc, weighted_output, expected layer_combination, expected elc_variant)
+KINDS = [
+    ("elc", True, False, "elc", "base"),
+    ("ltg", False, False, "residual", None),
+    ("elc-weighted", True, True, "elc", "weighted_output"),
+]
+
+
+def _naive(sd, input_ids, attention_mask, combination, variant):
+    return naive_forward(
+        sd,
+        input_ids,
+        attention_mask,
+        num_heads=REF_DIMS["num_heads"],
+        layer_combination=combination,
+        elc_variant=variant or "base",
+    )
+
+
+@pytest.fixture(scope="module")
+def inputs():
+    return padded_batch([10, 6], vocab_size=REF_DIMS["vocab_size"], seed=11)
+
+
+@pytest.mark.parametrize("loader", [ElcBertForMaskedLM, AutoModelForMaskedLM], ids=["ElcBertForMaskedLM", "Auto"])
+@pytest.mark.parametrize("fmt", ["bin", "safetensors"])
+@pytest.mark.parametrize("kind", KINDS, ids=[k[0] for k in KINDS])
+def test_masked_lm_loads_reference_checkpoint(reference_checkpoint, inputs, kind, fmt, loader):
+    _, elc, weighted, combination, variant = kind
+    folder, sd = reference_checkpoint(elc=elc, weighted_output=weighted, fmt=fmt, seed=21)
+    model, info = loader.from_pretrained(folder, output_loading_info=True)
+    assert type(model) is ElcBertForMaskedLM
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert not model.training
+    config = model.config
+    assert config.layer_combination == combination
+    if variant is not None:
+        assert config.elc_variant == variant
+    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (
+        REF_DIMS["hidden_size"],
+        REF_DIMS["num_layers"],
+        REF_DIMS["vocab_size"],
+    )
+    assert config.pad_token_id == 3  # the reference config's 4 is [MASK]
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+    input_ids, attention_mask = inputs
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    ref = _naive(sd, input_ids, attention_mask, combination, variant)
+    for n, (ours, theirs) in enumerate(zip(out.hidden_states, ref["hidden_states"], strict=True)):
+        assert_close(ours, theirs, what=f"hidden_states[{n}]")
+    assert_close(out.logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
+
+
+def test_auto_config_reads_reference_config(reference_checkpoint):
+    folder, _ = reference_checkpoint(elc=True)
+    config = AutoConfig.from_pretrained(folder)
+    assert isinstance(config, LtgBertConfig)
+    assert config.hidden_size == REF_DIMS["hidden_size"]
+    assert config.num_hidden_layers == REF_DIMS["num_layers"]
+
+
+@pytest.mark.parametrize("fmt", ["bin", "safetensors"])
+@pytest.mark.parametrize("kind", KINDS[:2], ids=[k[0] for k in KINDS[:2]])
+def test_auto_model_loads_backbone(reference_checkpoint, inputs, kind, fmt):
+    _, elc, weighted, combination, variant = kind
+    folder, sd = reference_checkpoint(elc=elc, weighted_output=weighted, fmt=fmt, seed=22)
+    model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
+    assert type(model) is ElcBertModel
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    input_ids, attention_mask = inputs
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask)
+    ref = _naive(sd, input_ids, attention_mask, combination, variant)
+    assert_close(out.last_hidden_state, ref["last_hidden_state"], what="last_hidden_state")
+
+
+HEAD_CLASSES = [
+    ElcBertForSequenceClassification,
+    ElcBertForTokenClassification,
+    ElcBertForQuestionAnswering,
+    ElcBertForMultipleChoice,
+]
+
+
+@pytest.mark.parametrize("model_class", HEAD_CLASSES, ids=lambda c: c.__name__.replace("ElcBert", ""))
+@pytest.mark.parametrize("kind", KINDS[:2], ids=[k[0] for k in KINDS[:2]])
+def test_task_model_loads_backbone_from_mlm_checkpoint(reference_checkpoint, inputs, kind, model_class):
+    """A pretraining (MLM) checkpoint fine-tunes: the backbone loads, the task head is new, the MLM head is dropped."""
+    _, elc, weighted, combination, variant = kind
+    folder, sd = reference_checkpoint(elc=elc, weighted_output=weighted, seed=23)
+    kwargs = {"num_labels": 3} if model_class is not ElcBertForMultipleChoice else {}
+    model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
+    assert type(model) is model_class
+    assert info["unexpected_keys"] == []
+    # Only the new head is missing.
+    assert info["missing_keys"], "the new task head should be reported missing"
+    assert all(not key.startswith("elc_bert.") for key in info["missing_keys"]), info["missing_keys"]
+    if model_class in (ElcBertForSequenceClassification, ElcBertForTokenClassification):
+        assert model.config.num_labels == 3
+    input_ids, attention_mask = inputs
+    with torch.no_grad():
+        hidden = model.elc_bert(input_ids, attention_mask=attention_mask).last_hidden_state
+    ref = _naive(sd, input_ids, attention_mask, combination, variant)
+    assert_close(hidden, ref["last_hidden_state"], what="backbone")
+    # The new head is initialised (finite, not all zero) and gives finite outputs.
+    head = [p for name, p in model.named_parameters() if not name.startswith("elc_bert.")]
+    assert head and all(torch.isfinite(p).all() for p in head)
+    assert any(p.abs().sum() > 0 for p in head if p.dim() == 2)
+    if model_class is ElcBertForMultipleChoice:
+        input_ids, attention_mask = input_ids[None], attention_mask[None]
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask)
+    logits = out.start_logits if model_class is ElcBertForQuestionAnswering else out.logits
+    assert torch.isfinite(logits).all()
+
+
+def _naive_classifier_head(x, weight1, bias1, weight5, bias5, eps=1e-7):
+    """LN0 -> Linear -> GELU(erf) -> LN0 -> Linear, in float64."""
+
+    def ln0(t):
+        return (t - t.mean(-1, keepdim=True)) / torch.sqrt(t.var(-1, unbiased=False, keepdim=True) + eps)
+
+    h = ln0(x) @ weight1.double().T + bias1.double()
+    h = 0.5 * h * (1.0 + torch.erf(h / math.sqrt(2.0)))
+    return ln0(h) @ weight5.double().T + bias5.double()
+
+
+def test_sequence_classification_loads_reference_fine_tuned_head(tmp_path, inputs):
+    """A fine-tuned reference checkpoint (`head.nonlinearity.*`, no MLM head) loads its head too."""
+    sd = random_reference_state_dict(
+        vocab_size=REF_DIMS["vocab_size"],
+        hidden_size=REF_DIMS["hidden_size"],
+        num_layers=REF_DIMS["num_layers"],
+        intermediate_size=REF_DIMS["intermediate_size"],
+        elc=True,
+        seed=24,
+    )
+    full_sd = sd  # the naive forward needs an MLM head; the checkpoint has none
+    sd = {k: v for k, v in sd.items() if not k.startswith("classifier.")}
+    gen = torch.Generator().manual_seed(0)
+    D = REF_DIMS["hidden_size"]
+    sd["head.nonlinearity.1.weight"] = torch.randn(D, D, generator=gen) * 0.1
+    sd["head.nonlinearity.1.bias"] = torch.randn(D, generator=gen) * 0.02
+    sd["head.nonlinearity.5.weight"] = torch.randn(3, D, generator=gen) * 0.1
+    sd["head.nonlinearity.5.bias"] = torch.randn(3, generator=gen) * 0.02
+    write_reference_checkpoint(
+        tmp_path,
+        elc=True,
+        state_dict=sd,
+        config_overrides={
+            # what a fine-tuned reference checkpoint's config.json holds (transformers serialises id2label)
+            "architectures": ["LtgBertForSequenceClassification"],
+            "id2label": {"0": "neg", "1": "neu", "2": "pos"},
+            "label2id": {"neg": 0, "neu": 1, "pos": 2},
+        },
+    )
+    model, info = ElcBertForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
+    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert model.config.num_labels == 3
+    assert model.config.id2label[2] == "pos"
+    input_ids, attention_mask = inputs
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask=attention_mask).logits
+    ref = _naive(full_sd, input_ids, attention_mask, "elc", "base")
+    expected = _naive_classifier_head(
+        ref["last_hidden_state"][:, 0],
+        sd["head.nonlinearity.1.weight"],
+        sd["head.nonlinearity.1.bias"],
+        sd["head.nonlinearity.5.weight"],
+        sd["head.nonlinearity.5.bias"],
+    )
+    assert_close(logits, expected, what="classification logits")
+
+
+# ------------------------------------------------------------------------------------------------ shape mismatches
+@pytest.mark.parametrize("loader", [ElcBertForMaskedLM, AutoModelForMaskedLM], ids=["ElcBertForMaskedLM", "Auto"])
+def test_config_hidden_size_mismatch_raises(reference_checkpoint, loader):
+    folder, _ = reference_checkpoint(elc=True, config_overrides={"hidden_size": 64})
+    # A tensor name, not merely a config field such as tie_word_embeddings.
+    tensor_name = r"(word_embeddings?\.weight|relative_embedding|layers\.\d+\.\w|lm_head\.|classifier\.)"
+    with pytest.raises(ValueError, match=tensor_name):
+        loader.from_pretrained(folder)
+
+
+@pytest.mark.parametrize(
+    "key, shape, pattern",
+    [
+        ("embedding.relative_embedding", (65, REF_DIMS["hidden_size"]), "relative_embedding"),
+        ("transformer.layers.1.mlp.mlp.4.weight", (REF_DIMS["hidden_size"], 44), r"layers\.1\."),
+        ("transformer.layers.2.prev_layer_weights", (4,), r"layers\.2\."),
+    ],
+    ids=["relative_embedding", "mlp", "prev_layer_weights"],
+)
+def test_single_tensor_with_wrong_shape_raises_naming_it(tmp_path, key, shape, pattern):
+    sd = random_reference_state_dict(
+        vocab_size=REF_DIMS["vocab_size"],
+        hidden_size=REF_DIMS["hidden_size"],
+        num_layers=REF_DIMS["num_layers"],
+        intermediate_size=REF_DIMS["intermediate_size"],
+        elc=True,
+        seed=25,
+    )
+    sd[key] = torch.randn(shape)
+    write_reference_checkpoint(tmp_path, elc=True, state_dict=sd)
+    with pytest.raises(ValueError, match=pattern):
+        ElcBertForMaskedLM.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ long inputs, re-save
+def test_longer_than_512_on_loaded_checkpoint(reference_checkpoint):
+    folder, _ = reference_checkpoint(elc=True, seed=26, num_layers=2, fmt="safetensors")
+    model = AutoModelForMaskedLM.from_pretrained(folder)
+    T = 530
+    input_ids, attention_mask = padded_batch([T, 520], vocab_size=REF_DIMS["vocab_size"], seed=3)
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        alone = model(input_ids[1:, :520]).logits
+    assert out.logits.shape == (2, T, REF_DIMS["vocab_size"])
+    assert torch.isfinite(out.logits).all()
+    assert len(out.hidden_states) == 3
+    # The padded row equals the same sequence run alone (buckets beyond M - 1 are clamped consistently).
+    torch.testing.assert_close(out.logits[1, :520], alone[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=[k[0] for k in KINDS])
+def test_loaded_reference_model_saves_in_own_format(reference_checkpoint, tmp_path, inputs, kind):
+    _, elc, weighted, combination, variant = kind
+    folder, sd = reference_checkpoint(elc=elc, weighted_output=weighted, seed=27, fmt="bin")
+    model = ElcBertForMaskedLM.from_pretrained(folder, positional_split="interleaved")
+    out_dir = tmp_path / "converted"
+    model.save_pretrained(out_dir)
+    saved = json.loads((out_dir / "config.json").read_text())
+    assert saved["model_type"] == "elc_bert"
+    assert "auto_map" not in saved
+    reloaded = AutoModelForMaskedLM.from_pretrained(out_dir)
+    assert type(reloaded) is ElcBertForMaskedLM
+    assert reloaded.config.layer_combination == combination
+    assert reloaded.config.positional_split == "interleaved"
+    input_ids, attention_mask = inputs
+    with torch.no_grad():
+        logits = reloaded(input_ids, attention_mask=attention_mask).logits
+    ref = naive_forward(
+        sd,
+        input_ids,
+        attention_mask,
+        num_heads=REF_DIMS["num_heads"],
+        layer_combination=combination,
+        elc_variant=variant or "base",
+        positional_split="interleaved",
+    )
+    assert_close(logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
+
+
+def test_mlm_loss_on_reference_checkpoint(reference_checkpoint, inputs):
+    """With labels the loss is the mean cross entropy of the naive logits at the labelled positions."""
+    folder, sd = reference_checkpoint(elc=True, seed=28)
+    model = ElcBertForMaskedLM.from_pretrained(folder)
+    input_ids, attention_mask = inputs
+    labels = torch.full_like(input_ids, -100)
+    labels[0, 2], labels[0, 7], labels[1, 3] = 5, 17, 40
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    ref = _naive(sd, input_ids, attention_mask, "elc", "base")["mlm_logits"]
+    picked = torch.stack([ref[0, 2], ref[0, 7], ref[1, 3]])
+    assert_close(out.logits, picked, atol=1e-5, what="labelled logits")
+    expected = F.cross_entropy(picked, torch.tensor([5, 17, 40]))
+    assert out.loss.item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    "model_class", [ElcBertForMaskedLM, ElcBertForSequenceClassification], ids=["MaskedLM", "SequenceClassification"]
+)
+def test_other_heads_tensors_are_ignored(tmp_path, inputs, model_class):
+    """A checkpoint holding both the MLM head (`classifier.*`) and a fine-tuning head (`head.*`) loads into either
+    model; each keeps its own head and ignores the other, as the reference classes do."""
+    sd = random_reference_state_dict(
+        vocab_size=REF_DIMS["vocab_size"],
+        hidden_size=REF_DIMS["hidden_size"],
+        num_layers=REF_DIMS["num_layers"],
+        intermediate_size=REF_DIMS["intermediate_size"],
+        elc=True,
+        seed=29,
+    )
+    D = REF_DIMS["hidden_size"]
+    gen = torch.Generator().manual_seed(1)
+    sd["head.nonlinearity.1.weight"] = torch.randn(D, D, generator=gen) * 0.1
+    sd["head.nonlinearity.1.bias"] = torch.randn(D, generator=gen) * 0.02
+    sd["head.nonlinearity.5.weight"] = torch.randn(3, D, generator=gen) * 0.1
+    sd["head.nonlinearity.5.bias"] = torch.randn(3, generator=gen) * 0.02
+    write_reference_checkpoint(tmp_path, elc=True, state_dict=sd)
+    model, info = model_class.from_pretrained(tmp_path, output_loading_info=True, num_labels=3)
+    assert info["missing_keys"] == []
+    input_ids, attention_mask = inputs
+    ref = _naive(sd, input_ids, attention_mask, "elc", "base")
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask)
+    if model_class is ElcBertForMaskedLM:
+        assert_close(out.logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
+    else:
+        expected = _naive_classifier_head(
+            ref["last_hidden_state"][:, 0],
+            sd["head.nonlinearity.1.weight"],
+            sd["head.nonlinearity.1.bias"],
+            sd["head.nonlinearity.5.weight"],
+            sd["head.nonlinearity.5.bias"],
+        )
+        assert_close(out.logits, expected, what="classification logits")
