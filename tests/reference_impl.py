@@ -82,13 +82,14 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return y if bias is None else y + bias
 
 
-def _masked_softmax(scores: list[float], key_is_real: list[bool]) -> list[float]:
-    """Softmax over the real keys only; a padded key gets probability exactly 0."""
+def _masked_softmax(scores: list[torch.Tensor], key_is_real: list[bool]) -> list[torch.Tensor]:
+    """Softmax over the real keys only (0-d tensors, so autograd flows); a padded key gets probability exactly 0."""
+    zero = torch.zeros((), dtype=F64)
     real = [s for s, ok in zip(scores, key_is_real) if ok]
     if not real:
-        return [0.0] * len(scores)
-    top = max(real)
-    exps = [math.exp(s - top) if ok else 0.0 for s, ok in zip(scores, key_is_real)]
+        return [zero] * len(scores)
+    top = max(s.item() for s in real)  # a constant shift: it changes no value and no gradient
+    exps = [torch.exp(s - top) if ok else zero for s, ok in zip(scores, key_is_real)]
     total = sum(exps)
     return [e / total for e in exps]
 
@@ -106,9 +107,9 @@ def attention_one_head(q, k, v, q_pos, k_pos, delta, key_is_real, scale):
         scores = []
         for j in range(T):
             r = delta[i][j]
-            c2c = torch.dot(q[i], k[j]).item()
-            c2p = torch.dot(q[i], k_pos[r]).item()
-            p2c = torch.dot(k[j], q_pos[r]).item()
+            c2c = torch.dot(q[i], k[j])
+            c2p = torch.dot(q[i], k_pos[r])
+            p2c = torch.dot(k[j], q_pos[r])
             scores.append(scale * (c2c + c2p + p2c))
         p = _masked_softmax(scores, key_is_real)
         for j in range(T):

@@ -81,16 +81,19 @@ class ElcBertAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def forward(self, hidden_states, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
-        """hidden_states: B x T x D; position_buckets: T x T; padding_mask: B x 1 x 1 x T, True at padded keys."""
+        """hidden_states: B x T x D; position_buckets: T x T; padding_mask: 1 x B x 1 x T, True at padded keys.
+
+        Returns the sublayer output (B x T x D) and, when asked, the attention probabilities (B x H x T x T).
+        """
         batch, length, width = hidden_states.shape
         heads, head_dim = self.num_heads, self.head_dim
         h = self.pre_layer_norm(hidden_states)
-        # One copy into B x H x T x d layout serves the content scores and both positional terms.
-        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4).contiguous()
-        value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)
+        # Heads lead (H x B x T x d): each head's positional terms are then one large matmul over all B x T tokens.
+        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 3, 0, 1, 4).contiguous()
+        value = self.in_proj_v(h).view(batch, length, heads, head_dim).permute(2, 0, 1, 3)
 
         # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the attention scale
-        # is applied to this small table rather than to the B x H x T x T bias.
+        # is applied to this small table rather than to the H x B x T x T bias.
         position = self.in_proj_qk(self.dropout(relative_embedding)) * self.scale
         if self.interleaved:
             position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
@@ -98,11 +101,12 @@ class ElcBertAttention(nn.Module):
             position = position.view(-1, 2, heads, head_dim).permute(1, 2, 0, 3)
         query_position, key_position = position[0], position[1]  # each H x (2P-1) x d
 
-        content_to_position = query @ key_position.transpose(-1, -2)  # B x H x T x (2P-1), indexed by query
-        position_to_content = key @ query_position.transpose(-1, -2)  # B x H x T x (2P-1), indexed by key
-        index = position_buckets.expand(batch, heads, length, length)
-        bias = content_to_position.gather(-1, index)
-        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)
+        tokens = query.view(heads, batch * length, head_dim), key.view(heads, batch * length, head_dim)
+        content_to_position = (tokens[0] @ key_position.transpose(1, 2)).view(heads, batch, length, -1)
+        position_to_content = (tokens[1] @ query_position.transpose(1, 2)).view(heads, batch, length, -1)
+        index = position_buckets.expand(heads, batch, length, length)
+        bias = content_to_position.gather(-1, index)  # [i, j] <- row i at delta(i, j)
+        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # row j at delta(i, j)
         if padding_mask is not None:
             # The dtype's own minimum rather than -inf: a fully padded row stays finite in bf16 and fp16.
             bias = bias.masked_fill(padding_mask, torch.finfo(bias.dtype).min)
@@ -116,15 +120,15 @@ class ElcBertAttention(nn.Module):
             )
             weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
             weights = weights.to(value.dtype)
-            context = (self.dropout(weights) @ value.flatten(0, 1)).view(batch, heads, length, head_dim)
+            context = (self.dropout(weights) @ value.flatten(0, 1)).view(heads, batch, length, head_dim)
             if output_attentions:
-                probabilities = weights.view(batch, heads, length, length)
+                probabilities = weights.view(heads, batch, length, length).transpose(0, 1)
         else:
             dropout = self.dropout.p if self.training else 0.0
             context = F.scaled_dot_product_attention(
                 query, key, value, attn_mask=bias.to(query.dtype), dropout_p=dropout, scale=self.scale
             )
-        context = context.transpose(1, 2).reshape(batch, length, width)
+        context = context.permute(1, 2, 0, 3).reshape(batch, length, width)
         return self.dropout(self.post_layer_norm(self.out_proj(context))), probabilities
 
 
@@ -178,13 +182,57 @@ class ElcBertLayer(GradientCheckpointingLayer):
         return output, probabilities
 
 
-def mix_layers(logits: torch.Tensor, states: list[torch.Tensor]) -> torch.Tensor:
-    """sum_i softmax(logits)_i * states[i], without stacking the states into a new tensor."""
-    weights = torch.softmax(logits, dim=0, dtype=torch.promote_types(logits.dtype, torch.float32))
-    mixed = states[0] * weights[0].to(states[0].dtype)
-    for weight, state in zip(weights[1:], states[1:]):
-        mixed = torch.addcmul(mixed, state, weight.to(state.dtype))
-    return mixed
+class LayerStack:
+    """The states y_0, y_1, ... of one forward pass in one preallocated S x B x T x D buffer, so that each layer's
+    mixture sum_i alpha_i y_i is a single matrix-vector product, and its backward a single rank-one update of a
+    gradient buffer of the same shape. Plain autograd would instead run one multiply-add per (layer, source) pair,
+    forward and backward: L(L+1)/2 passes over B x T x D each way."""
+
+    def __init__(self, first: torch.Tensor, size: int):
+        self.states = first.new_empty((size, first.numel()), dtype=torch.promote_types(first.dtype, torch.float32))
+        self.count = 0
+        self.gradients = None
+        self.last_backward = None  # the depth of the mixture whose backward ran last
+
+    def push_and_mix(self, state: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Appends `state`, then returns the mixture of everything pushed so far with weights softmax(logits)."""
+        with torch.no_grad():
+            self.states[self.count].copy_(state.reshape(-1))
+        self.count += 1
+        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
+        return _LayerMixture.apply(weights, state, self, self.count)
+
+
+class _LayerMixture(torch.autograd.Function):
+    """x = sum_{i<n} w_i y_i over the first n states of a LayerStack.
+
+    The autograd graph links x only to w and to y_{n-1}, the newest state. Each backward adds w_i * grad(x) to the
+    stack's gradient row i for every i < n, and hands row n-1 on as grad(y_{n-1}): the mixture over n is the last
+    reader of y_{n-1} that the backward pass reaches, so that row is complete by then. Rows of older states are
+    handed on by the mixtures that own them as their newest state.
+    """
+
+    @staticmethod
+    def forward(ctx, weights, newest, stack, count):
+        ctx.save_for_backward(weights)
+        ctx.stack, ctx.count, ctx.shape, ctx.dtype = stack, count, newest.shape, newest.dtype
+        mixed = weights.to(stack.states.dtype) @ stack.states[:count]
+        return mixed.view(newest.shape).to(newest.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (weights,) = ctx.saved_tensors
+        stack, count = ctx.stack, ctx.count
+        # Within one backward pass the mixtures run from the deepest down; a deeper one starts a new pass.
+        if stack.gradients is None or stack.last_backward is None or count >= stack.last_backward:
+            stack.gradients = torch.zeros_like(stack.states)
+        stack.last_backward = count
+        flat = grad.reshape(-1).to(stack.states.dtype)
+        grad_weights = stack.states[:count] @ flat
+        rows = stack.gradients[:count]
+        rows.addr_(weights.to(rows.dtype), flat)
+        return grad_weights.to(weights.dtype), rows[count - 1].view(ctx.shape).to(ctx.dtype), None, None
 
 
 class ElcBertEncoder(nn.Module):
@@ -195,22 +243,31 @@ class ElcBertEncoder(nn.Module):
         if self.elc and config.elc_variant == "weighted_output":
             self.output_layer_weights = nn.Parameter(torch.zeros(config.num_hidden_layers + 1))
 
-    def forward(self, embeddings, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
-        """Returns the model output and the states y_0..y_L (ELC) or the residual stream after each block."""
+    def forward(
+        self,
+        embeddings,
+        relative_embedding,
+        position_buckets,
+        padding_mask=None,
+        output_attentions=False,
+        output_hidden_states=False,
+    ):
+        """Returns the model output, the states y_0..y_L (ELC) or the residual stream after each block (when
+        `output_hidden_states`), and the attention probabilities of each block (when `output_attentions`)."""
         states, attentions = [embeddings], []
-        hidden_states = embeddings
+        stack = LayerStack(embeddings, len(self.layers) + 1) if self.elc else None
+        output = embeddings
         for layer in self.layers:
-            if self.elc:
-                hidden_states = mix_layers(layer.prev_layer_weights, states)
+            hidden_states = stack.push_and_mix(output, layer.prev_layer_weights) if self.elc else output
             output, probabilities = layer(
                 hidden_states, relative_embedding, position_buckets, padding_mask, output_attentions=output_attentions
             )
-            states.append(output)
+            if output_hidden_states:
+                states.append(output)
             attentions.append(probabilities)
-            hidden_states = output
         if hasattr(self, "output_layer_weights"):
-            hidden_states = mix_layers(self.output_layer_weights, states)
-        return hidden_states, states, attentions
+            output = stack.push_and_mix(output, self.output_layer_weights)
+        return output, states, attentions
 
 
 class ElcBertLMHead(nn.Module):
@@ -484,13 +541,14 @@ class ElcBertModel(ElcBertPreTrainedModel):
         batch, length = embeddings.shape[:2]
         padding_mask = None
         if attention_mask is not None and not bool(attention_mask.all()):
-            padding_mask = (attention_mask == 0).view(batch, 1, 1, length)
+            padding_mask = (attention_mask == 0).view(1, batch, 1, length)
         last_hidden_state, states, attentions = self.encoder(
             embeddings,
             relative_embedding,
             self.position_buckets(length, embeddings.device),
             padding_mask,
             output_attentions,
+            output_hidden_states,
         )
         return BaseModelOutput(
             last_hidden_state=last_hidden_state,
