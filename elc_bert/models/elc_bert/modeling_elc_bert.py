@@ -224,14 +224,16 @@ class _LayerMixture(torch.autograd.Function):
     def backward(ctx, grad):
         (weights,) = ctx.saved_tensors
         stack, count = ctx.stack, ctx.count
-        # Within one backward pass the mixtures run from the deepest down; a deeper one starts a new pass.
-        if stack.gradients is None or stack.last_backward is None or count >= stack.last_backward:
-            stack.gradients = torch.zeros_like(stack.states)
-        stack.last_backward = count
         flat = grad.reshape(-1).to(stack.states.dtype)
         grad_weights = stack.states[:count] @ flat
-        rows = stack.gradients[:count]
-        rows.addr_(weights.to(rows.dtype), flat)
+        # Within one backward pass the mixtures run from the deepest down; a deeper one starts a new pass, whose
+        # first mixture writes every row it reads (so the buffer needs no zeroing).
+        if stack.last_backward is None or count >= stack.last_backward:
+            stack.gradients = torch.empty_like(stack.states)
+            rows = torch.outer(weights.to(flat.dtype), flat, out=stack.gradients[:count])
+        else:
+            rows = stack.gradients[:count].addr_(weights.to(flat.dtype), flat)
+        stack.last_backward = count
         return grad_weights.to(weights.dtype), rows[count - 1].view(ctx.shape).to(ctx.dtype), None, None
 
 
