@@ -10,53 +10,40 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .elc_bert import (
-    PRESETS,
-    ElcBertConfig,
-    ElcBertForMaskedLM,
-    ElcBertForMultipleChoice,
-    ElcBertForQuestionAnswering,
-    ElcBertForSequenceClassification,
-    ElcBertForTokenClassification,
-    ElcBertModel,
-    ElcBertPreTrainedModel,
-    LtgBertConfig,
-    convert_ltgbert_state_dict,
-    relative_position_buckets,
-)
+from .elc_bert import *  # noqa: F403
+from .elc_bert import __all__ as _elc_bert_all
+from .layer_fusion import *  # noqa: F403
+from .layer_fusion import __all__ as _layer_fusion_all
 
-__all__ = [
-    "PRESETS",
-    "ElcBertConfig",
-    "LtgBertConfig",
-    "ElcBertPreTrainedModel",
-    "ElcBertModel",
-    "ElcBertForMaskedLM",
-    "ElcBertForSequenceClassification",
-    "ElcBertForTokenClassification",
-    "ElcBertForMultipleChoice",
-    "ElcBertForQuestionAnswering",
-    "convert_ltgbert_state_dict",
-    "relative_position_buckets",
-]
+__all__ = _elc_bert_all + _layer_fusion_all
 
 _AUTO_CLASSES = {
-    AutoModel: ElcBertModel,
-    AutoModelForMaskedLM: ElcBertForMaskedLM,
-    AutoModelForSequenceClassification: ElcBertForSequenceClassification,
-    AutoModelForTokenClassification: ElcBertForTokenClassification,
-    AutoModelForMultipleChoice: ElcBertForMultipleChoice,
-    AutoModelForQuestionAnswering: ElcBertForQuestionAnswering,
+    ElcBertConfig: {  # noqa: F405
+        AutoModel: ElcBertModel,  # noqa: F405
+        AutoModelForMaskedLM: ElcBertForMaskedLM,  # noqa: F405
+        AutoModelForSequenceClassification: ElcBertForSequenceClassification,  # noqa: F405
+        AutoModelForTokenClassification: ElcBertForTokenClassification,  # noqa: F405
+        AutoModelForMultipleChoice: ElcBertForMultipleChoice,  # noqa: F405
+        AutoModelForQuestionAnswering: ElcBertForQuestionAnswering,  # noqa: F405
+    },
+    LayerFusionConfig: {  # noqa: F405
+        AutoModel: LayerFusionModel,  # noqa: F405
+        AutoModelForMaskedLM: LayerFusionForMaskedLM,  # noqa: F405
+        AutoModelForSequenceClassification: LayerFusionForSequenceClassification,  # noqa: F405
+        AutoModelForTokenClassification: LayerFusionForTokenClassification,  # noqa: F405
+    },
 }
 
 
 def _register():
-    AutoConfig.register(ElcBertConfig.model_type, ElcBertConfig, exist_ok=True)
-    # The published checkpoints say model_type "ltgbert": the same classes read them (see from_pretrained).
-    AutoConfig.register(LtgBertConfig.model_type, LtgBertConfig, exist_ok=True)
-    for auto_class, model_class in _AUTO_CLASSES.items():
-        auto_class.register(ElcBertConfig, model_class, exist_ok=True)
-        auto_class._model_mapping.register(LtgBertConfig, model_class, exist_ok=True)
+    for config_class, models in _AUTO_CLASSES.items():
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        for auto_class, model_class in models.items():
+            auto_class.register(config_class, model_class, exist_ok=True)
+    # The published checkpoints say model_type "ltgbert": the ELC-BERT classes read them (see their from_pretrained).
+    AutoConfig.register(LtgBertConfig.model_type, LtgBertConfig, exist_ok=True)  # noqa: F405
+    for auto_class, model_class in _AUTO_CLASSES[ElcBertConfig].items():  # noqa: F405
+        auto_class._model_mapping.register(LtgBertConfig, model_class, exist_ok=True)  # noqa: F405
 
 
 _register()

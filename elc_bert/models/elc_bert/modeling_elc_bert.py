@@ -559,11 +559,12 @@ class ElcBertModel(ElcBertPreTrainedModel):
         )
 
 
-def _loss_normaliser(labels_count: torch.Tensor, num_items_in_batch) -> torch.Tensor:
-    """Mean over the labelled items, or over the whole accumulated batch when the Trainer passes its count."""
-    if num_items_in_batch is not None:
-        return torch.as_tensor(num_items_in_batch, device=labels_count.device).clamp(min=1)
-    return labels_count.clamp(min=1)
+def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """Cross entropy summed over the labelled items (labels != -100) of N x C logits, divided by their number, or by
+    the Trainer's `num_items_in_batch` (the count over all accumulated micro-batches) when it passes one."""
+    total = F.cross_entropy(logits.float(), labels, reduction="sum")
+    count = (labels != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+    return total / count.to(total.device).clamp(min=1)
 
 
 class ElcBertForMaskedLM(ElcBertPreTrainedModel):
@@ -611,8 +612,7 @@ class ElcBertForMaskedLM(ElcBertPreTrainedModel):
         else:
             scored = labels != -100
             logits = self.lm_head(sequence_output[scored])
-            loss = F.cross_entropy(logits.float(), labels[scored], reduction="sum")
-            loss = loss / _loss_normaliser(scored.sum(), num_items_in_batch)
+            loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -703,8 +703,7 @@ class ElcBertForTokenClassification(ElcBertPreTrainedModel):
         logits = self.classifier(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
-            loss = loss / _loss_normaliser((labels != -100).sum(), num_items_in_batch)
+            loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -806,4 +805,5 @@ __all__ = [
     "convert_ltgbert_state_dict",
     "ltgbert_architecture",
     "relative_position_buckets",
+    "token_cross_entropy",
 ]

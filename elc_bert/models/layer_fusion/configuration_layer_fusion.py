@@ -1,0 +1,69 @@
+"""Configuration of the layer-fusion heads (see ../shared/docs/layer-fusion.md)."""
+
+from huggingface_hub.dataclasses import strict
+from transformers import AutoConfig, PreTrainedConfig
+from transformers.configuration_utils import SubConfigSpec
+
+FUSIONS = ("dwatt", "concat", "average", "last", "extra_layers")
+
+
+@strict
+class LayerFusionConfig(PreTrainedConfig):
+    r"""
+    Configuration of a layer-fusion model: a backbone encoder whose per-layer states z_0..z_L are fused per token.
+
+    Args:
+        backbone_config (`PreTrainedConfig` or `dict`): the backbone's own config (any `AutoConfig`: `bert`,
+            `roberta`, `xlm-roberta`, `elc_bert`, ...), stored inside this one.
+        fusion (`str`): `"dwatt"` (depth-wise attention), `"concat"` (one linear map of the concatenated states),
+            `"average"`, `"last"` (the plain backbone) or `"extra_layers"` (Base+n: freshly initialised layers of the
+            backbone's own kind on top of z_L).
+        fuse_embeddings (`bool`): whether z_0, the embedding output, is among the fused states (S = L+1, else L).
+        num_extra_layers (`int`): n for `fusion="extra_layers"`.
+        bottleneck_ratio (`float`): gamma, the width of DWAtt's bottleneck MLPs as a fraction of the hidden size.
+        layer_position_dim (`int`): d_pos, the size of DWAtt's fixed random depth embeddings p_n.
+        scaled_depth_attention (`bool`): divide DWAtt's scores q.k_n by sqrt(hidden size) (the paper does not).
+        concat_residual (`bool`): add z_L to the Concat output.
+        freeze_backbone (`bool`): feature extraction: the backbone takes no gradient and stays in eval mode.
+        head_dropout (`float`): dropout before the task head's output layer.
+    """
+
+    model_type = "layer_fusion"
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+
+    backbone_config: PreTrainedConfig | dict | None = None
+    fusion: str = "dwatt"
+    fuse_embeddings: bool = True
+    num_extra_layers: int = 1
+    bottleneck_ratio: float | int = 0.5
+    layer_position_dim: int = 24
+    scaled_depth_attention: bool = False
+    concat_residual: bool = False
+    freeze_backbone: bool = False
+    head_dropout: float | int = 0.1
+
+    def __post_init__(self, **kwargs):
+        self.check_values()
+        super().__post_init__(**kwargs)
+
+    def check_values(self):
+        """Raises `ValueError` naming the first field whose value is invalid."""
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
+        if self.num_extra_layers < 1:
+            raise ValueError(f"num_extra_layers must be >= 1, got {self.num_extra_layers}")
+        if not 0 < self.bottleneck_ratio <= 8:
+            raise ValueError(f"bottleneck_ratio must be in (0, 8], got {self.bottleneck_ratio}")
+        if self.layer_position_dim < 1:
+            raise ValueError(f"layer_position_dim must be >= 1, got {self.layer_position_dim}")
+        if not 0 <= self.head_dropout < 1:
+            raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+
+    @property
+    def num_fused_states(self) -> int:
+        """S: the number of backbone states that the fusion reads."""
+        layers = self.backbone_config.num_hidden_layers
+        return layers + 1 if self.fuse_embeddings else layers
+
+
+__all__ = ["LayerFusionConfig", "FUSIONS"]

@@ -1,0 +1,391 @@
+"""Layer fusion over any encoder: DWAtt (depth-wise attention), Concat, and the Last, Average and Base+n baselines.
+
+Written from the equations of ../shared/docs/layer-fusion.md. The backbone (BERT, RoBERTa, XLM-R, ELC-BERT, ...)
+yields per-token states z_0..z_L; a fusion module maps them to one state per token, which a thin task head reads.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput
+from transformers.utils import ModelOutput
+from transformers.utils.generic import can_return_tuple
+
+from ..elc_bert.modeling_elc_bert import ElcBertModel, token_cross_entropy
+from .configuration_layer_fusion import LayerFusionConfig
+
+
+@dataclass
+class LayerFusionOutput(ModelOutput):
+    """
+    Args:
+        last_hidden_state (`torch.FloatTensor`, B x T x D): the fused state of every token.
+        depth_weights (`torch.FloatTensor`, B x T x S, *optional*): DWAtt's weights over the S fused states.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*): the backbone's states z_0..z_L (each B x T x D).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    depth_weights: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class BottleneckMLP(nn.Module):
+    """f(x) = W LN(gelu(U x)), U: D -> gamma D, W: gamma D -> D."""
+
+    def __init__(self, hidden_size: int, inner_size: int, eps: float):
+        super().__init__()
+        self.up_proj = nn.Linear(hidden_size, inner_size)
+        self.layer_norm = nn.LayerNorm(inner_size, eps=eps)
+        self.down_proj = nn.Linear(inner_size, hidden_size)
+
+    def forward(self, hidden_states):
+        return self.down_proj(self.layer_norm(F.gelu(self.up_proj(hidden_states))))
+
+
+class DepthWiseAttention(nn.Module):
+    """DWAtt: h = z_L + sum_n a_n v_n with v_n = LN_n(f_{V,n}(z_n)), k_n = W_K p_n, q = 1 + elu(z_L + f_Q(z_L)),
+    a = softmax_n(q . k_n). The depth embeddings p_n are fixed random U[0, 1) vectors (a buffer)."""
+
+    def __init__(self, config: LayerFusionConfig):
+        super().__init__()
+        hidden = config.backbone_config.hidden_size
+        inner = max(1, round(config.bottleneck_ratio * hidden))
+        eps = getattr(config.backbone_config, "layer_norm_eps", 1e-12)
+        num_states = config.num_fused_states
+        self.value_mlps = nn.ModuleList(BottleneckMLP(hidden, inner, eps) for _ in range(num_states))
+        self.value_layer_norms = nn.ModuleList(nn.LayerNorm(hidden, eps=eps) for _ in range(num_states))
+        self.query_mlp = BottleneckMLP(hidden, inner, eps)
+        self.key_proj = nn.Linear(config.layer_position_dim, hidden)
+        self.register_buffer("layer_positions", torch.rand(num_states, config.layer_position_dim))
+        self.scale = 1 / math.sqrt(hidden) if config.scaled_depth_attention else 1.0
+
+    def forward(self, states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """states: S tensors B x T x D. Returns the fused states (B x T x D) and the depth weights (B x T x S)."""
+        last = states[-1]
+        values = torch.stack(
+            [norm(mlp(state)) for mlp, norm, state in zip(self.value_mlps, self.value_layer_norms, states)], dim=-2
+        )  # B x T x S x D
+        keys = self.key_proj(self.layer_positions)  # S x D
+        query = 1 + F.elu(last + self.query_mlp(last))
+        scores = (query.float() @ keys.float().T) * self.scale
+        weights = torch.softmax(scores, dim=-1)  # over depth, in float32
+        fused = last + (weights.to(values.dtype).unsqueeze(-2) @ values).squeeze(-2)
+        return fused, weights
+
+
+class ConcatFusion(nn.Module):
+    """h = W [z_0; ...; z_L] + b: one linear map of the concatenated states (optionally + z_L)."""
+
+    def __init__(self, config: LayerFusionConfig):
+        super().__init__()
+        hidden = config.backbone_config.hidden_size
+        self.proj = nn.Linear(config.num_fused_states * hidden, hidden)
+        self.residual = config.concat_residual
+
+    def forward(self, states):
+        fused = self.proj(torch.cat(states, dim=-1))
+        return (fused + states[-1] if self.residual else fused), None
+
+
+class ExtraLayers(nn.Module):
+    """Base+n: n freshly initialised layers of the backbone's own kind stacked on z_L."""
+
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel):
+        super().__init__()
+        self.elc = isinstance(backbone, ElcBertModel)
+        existing = backbone.encoder.layers if self.elc else backbone.encoder.layer
+        layer_class = type(existing[-1])
+        depth = config.backbone_config.num_hidden_layers
+        self.layers = nn.ModuleList(
+            layer_class(config.backbone_config, depth + i) for i in range(config.num_extra_layers)
+        )
+
+    def forward(self, states, attention_mask, backbone):
+        hidden_states = states[-1]
+        batch, length = hidden_states.shape[:2]
+        if self.elc:
+            embeddings = backbone.embeddings
+            relative = embeddings.relative_layer_norm(embeddings.relative_embedding)
+            buckets = backbone.position_buckets(length, hidden_states.device)
+            padding = None if attention_mask is None else (attention_mask == 0).view(1, batch, 1, length)
+            for layer in self.layers:
+                hidden_states = layer(hidden_states, relative, buckets, padding)[0]
+            return hidden_states, None
+        mask = create_bidirectional_mask(
+            config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            output = layer(hidden_states, mask)
+            hidden_states = output[0] if isinstance(output, tuple) else output
+        return hidden_states, None
+
+
+class FeatureCache:
+    """The frozen backbone's states of each example, computed once and reused in every later epoch.
+
+    Keyed by the example's real (unpadded) token ids; values are S x n x D tensors on the CPU. Correct only while the
+    backbone is frozen, in eval mode and right-padded inputs give the same states at real positions.
+    """
+
+    def __init__(self):
+        self.store: dict[bytes, torch.Tensor] = {}
+        self.hits = self.misses = 0
+
+    @staticmethod
+    def key(input_ids: torch.Tensor, mask: torch.Tensor) -> bytes:
+        return input_ids[mask.bool()].cpu().numpy().tobytes()
+
+    def __len__(self):
+        return len(self.store)
+
+
+class LayerFusionPreTrainedModel(PreTrainedModel):
+    config: LayerFusionConfig
+    base_model_prefix = "layer_fusion"
+    supports_gradient_checkpointing = True
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        # Fusion modules, extra layers and heads start like the backbone's own modules of the same kind.
+        self.base_model.backbone._init_weights(module)
+        if isinstance(module, DepthWiseAttention):
+            init.uniform_(module.layer_positions, 0.0, 1.0)
+
+    @classmethod
+    def from_backbone(cls, backbone_name_or_path: str, **config_kwargs):
+        """A fusion model around a pretrained backbone (a local folder or a Hub name): the backbone keeps its
+        weights, the fusion module and the head start fresh. Keyword arguments are `LayerFusionConfig` fields
+        (`fusion`, `freeze_backbone`, `num_labels`, ...).
+
+            model = LayerFusionForTokenClassification.from_backbone("roberta-base", fusion="dwatt", num_labels=9)
+        """
+        backbone_config = AutoConfig.from_pretrained(backbone_name_or_path)
+        model = cls(LayerFusionConfig(backbone_config=backbone_config, **config_kwargs))
+        model._load_backbone(backbone_name_or_path)
+        return model.eval()
+
+    def _load_backbone(self, backbone_name_or_path: str):
+        pretrained = AutoModel.from_pretrained(backbone_name_or_path)
+        self.base_model.backbone.load_state_dict(pretrained.state_dict())
+
+
+class LayerFusionModel(LayerFusionPreTrainedModel):
+    """The backbone and a fusion module. Returns the fused states and, for DWAtt, the depth weights."""
+
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config)
+        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        if config.fusion == "dwatt":
+            self.fusion = DepthWiseAttention(config)
+        elif config.fusion == "concat":
+            self.fusion = ConcatFusion(config)
+        elif config.fusion == "extra_layers":
+            self.fusion = ExtraLayers(config, self.backbone)
+        self.feature_cache = None
+        if config.freeze_backbone:
+            self.backbone.requires_grad_(False)
+        self.post_init()
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.config.freeze_backbone:
+            self.backbone.eval()  # feature extraction: no dropout in the frozen backbone
+        return self
+
+    def get_input_embeddings(self):
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value):
+        self.backbone.set_input_embeddings(value)
+
+    def enable_feature_cache(self, enabled: bool = True):
+        """Caches the frozen backbone's states per example (feature extraction): an epoch after the first runs no
+        backbone pass. Only allowed with `freeze_backbone=True`."""
+        if enabled and not self.config.freeze_backbone:
+            raise ValueError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
+        self.feature_cache = FeatureCache() if enabled else None
+
+    def backbone_states(self, input_ids, attention_mask, token_type_ids=None) -> list[torch.Tensor]:
+        """The backbone's states z_0..z_L, each B x T x D, from the feature cache when enabled."""
+        if self.feature_cache is None:
+            return self._run_backbone(input_ids, attention_mask, token_type_ids)
+        cache = self.feature_cache
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        keys = [cache.key(ids, mask) for ids, mask in zip(input_ids, attention_mask)]
+        missing = [i for i, key in enumerate(keys) if key not in cache.store]
+        cache.hits += len(keys) - len(missing)
+        cache.misses += len(missing)
+        if missing:
+            rows = torch.tensor(missing, device=input_ids.device)
+            types = token_type_ids[rows] if token_type_ids is not None else None
+            with torch.no_grad():
+                computed = self._run_backbone(input_ids[rows], attention_mask[rows], types)
+            stacked = torch.stack(computed)  # S x b x T x D
+            for j, i in enumerate(missing):
+                cache.store[keys[i]] = stacked[:, j, attention_mask[i].bool()].cpu()
+        first = cache.store[keys[0]]
+        batch, length = input_ids.shape
+        states = first.new_zeros((first.shape[0], batch, length, first.shape[-1]))
+        for i, key in enumerate(keys):
+            states[:, i, attention_mask[i].bool().cpu()] = cache.store[key]
+        return list(states.to(input_ids.device).unbind(0))
+
+    def _run_backbone(self, input_ids, attention_mask, token_type_ids):
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        output = self.backbone(input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
+        return list(output.hidden_states)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        output_hidden_states=None,
+        **kwargs,
+    ) -> LayerFusionOutput:
+        """input_ids, attention_mask: B x T (1 = real token)."""
+        states = self.backbone_states(input_ids, attention_mask, token_type_ids)
+        fused_states = states if self.config.fuse_embeddings else states[1:]
+        depth_weights = None
+        if self.config.fusion == "last":
+            fused = states[-1]
+        elif self.config.fusion == "average":
+            fused = torch.stack(fused_states).mean(0)
+        elif self.config.fusion == "extra_layers":
+            fused, _ = self.fusion(states, attention_mask, self.backbone)
+        else:
+            fused, depth_weights = self.fusion(fused_states)
+        return LayerFusionOutput(
+            last_hidden_state=fused,
+            depth_weights=depth_weights,
+            hidden_states=tuple(states) if output_hidden_states else None,
+        )
+
+
+class LayerFusionForTokenClassification(LayerFusionPreTrainedModel):
+    def __init__(self, config: LayerFusionConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.layer_fusion = LayerFusionModel(config)
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.classifier = nn.Linear(config.backbone_config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, num_items_in_batch=None, **kwargs
+    ):
+        """labels: B x T, -100 where not scored. Returns B x T x num_labels logits."""
+        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
+        return TokenClassifierOutput(loss=loss, logits=logits)
+
+
+class LayerFusionForSequenceClassification(LayerFusionPreTrainedModel):
+    def __init__(self, config: LayerFusionConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.layer_fusion = LayerFusionModel(config)
+        self.dropout = nn.Dropout(config.head_dropout)
+        self.classifier = nn.Linear(config.backbone_config.hidden_size, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
+        """Classifies each sequence from the fused state of its first token. labels: B."""
+        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        logits = self.classifier(self.dropout(outputs.last_hidden_state[:, 0]))
+        loss = None
+        if labels is not None:
+            if self.num_labels == 1:
+                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
+            else:
+                loss = F.cross_entropy(logits.float(), labels)
+        return SequenceClassifierOutput(loss=loss, logits=logits)
+
+
+class LayerFusionForMaskedLM(LayerFusionPreTrainedModel):
+    """Fused states through the backbone's own MLM head (BERT's, RoBERTa's, ELC-BERT's), tied to its embeddings."""
+
+    def __init__(self, config: LayerFusionConfig):
+        super().__init__(config)
+        masked_lm = AutoModelForMaskedLM.from_config(config.backbone_config)
+        self.layer_fusion = LayerFusionModel(config, backbone=masked_lm.base_model)
+        head_name = _head_name(masked_lm)
+        self.lm_head = getattr(masked_lm, head_name)
+        # The backbone's own tying, renamed: "cls.x" -> "lm_head.x", "bert.y" -> "layer_fusion.backbone.y".
+        rename = {head_name: "lm_head", masked_lm.base_model_prefix: "layer_fusion.backbone"}
+
+        def renamed(key):
+            first, rest = key.split(".", 1)
+            return f"{rename[first]}.{rest}"
+
+        self._tied_weights_keys = {
+            renamed(target): renamed(source) for target, source in (masked_lm._tied_weights_keys or {}).items()
+        }
+        self._decoder_name = renamed(_output_embedding_name(masked_lm)).removeprefix("lm_head.")
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.get_submodule(self._decoder_name)
+
+    def set_output_embeddings(self, new_embeddings):
+        parent, _, name = self._decoder_name.rpartition(".")
+        setattr(self.lm_head.get_submodule(parent) if parent else self.lm_head, name, new_embeddings)
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, num_items_in_batch=None, **kwargs
+    ):
+        """labels: B x T, -100 where not scored. As in `ElcBertForMaskedLM`, with labels the head runs on the
+        labelled positions only and `logits` is N x V for those N positions; without, logits are B x T x V."""
+        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        if labels is None:
+            return MaskedLMOutput(logits=self.lm_head(outputs.last_hidden_state))
+        scored = labels != -100
+        logits = self.lm_head(outputs.last_hidden_state[scored])
+        return MaskedLMOutput(loss=token_cross_entropy(logits, labels[scored], num_items_in_batch), logits=logits)
+
+    def _load_backbone(self, backbone_name_or_path: str):
+        pretrained = AutoModelForMaskedLM.from_pretrained(backbone_name_or_path)
+        self.layer_fusion.backbone.load_state_dict(pretrained.base_model.state_dict())
+        self.lm_head.load_state_dict(getattr(pretrained, _head_name(pretrained)).state_dict())
+        self.tie_weights()
+
+
+def _head_name(masked_lm: PreTrainedModel) -> str:
+    """The attribute holding a masked LM's head: its one child that is not the base model."""
+    names = [name for name, _ in masked_lm.named_children() if name != masked_lm.base_model_prefix]
+    if len(names) != 1:
+        raise ValueError(f"cannot tell the MLM head of {type(masked_lm).__name__} among {names}")
+    return names[0]
+
+
+def _output_embedding_name(masked_lm: PreTrainedModel) -> str:
+    decoder = masked_lm.get_output_embeddings()
+    return next(name for name, module in masked_lm.named_modules() if module is decoder)
+
+
+__all__ = [
+    "LayerFusionModel",
+    "LayerFusionPreTrainedModel",
+    "LayerFusionForTokenClassification",
+    "LayerFusionForSequenceClassification",
+    "LayerFusionForMaskedLM",
+    "LayerFusionOutput",
+    "DepthWiseAttention",
+    "ConcatFusion",
+    "ExtraLayers",
+    "FeatureCache",
+]
