@@ -1,0 +1,108 @@
+"""Pretraining data: sentence packing and the reference recipe's span-masking collator (../shared/docs/elc-bert.md).
+
+The collator is vectorised over the batch and over candidate spans: no Python loop per sample or per span.
+"""
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+def pack_sentences(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int) -> list[list[int]]:
+    """Greedily packs whole sentences (lists of token ids) of each document into segments of at most `max_tokens`.
+
+    A sentence that does not fit starts the next segment; one longer than `max_tokens` is cut into pieces. Segments
+    never cross document boundaries.
+    """
+    segments = []
+    for document in documents:
+        current: list[int] = []
+        for sentence in document:
+            sentence = list(sentence)
+            while len(sentence) > max_tokens:  # an over-long sentence becomes pieces of its own
+                if current:
+                    segments.append(current)
+                    current = []
+                segments.append(sentence[:max_tokens])
+                sentence = sentence[max_tokens:]
+            if len(current) + len(sentence) > max_tokens:
+                segments.append(current)
+                current = []
+            current = current + sentence
+        if current:
+            segments.append(current)
+    return [segment for segment in segments if segment]
+
+
+@dataclass
+class SpanMaskingCollator:
+    """Pads token-id sequences into a batch and masks spans for MLM, as the reference recipe does.
+
+    Per sequence: n ~ Binomial(#maskable tokens, mask_p); spans of length Geometric(1/3) mod `max_span` (length 0
+    spans are skipped) start at random positions until at least n maskable tokens are covered (at most
+    `max_tries` spans). Each span as a whole becomes [MASK] (80%), random tokens from [random_token_min, V) (10%)
+    or stays unchanged (10%). Tokens with ids below `num_special_tokens` and the last real token are never masked.
+
+    Input: a list of examples, each a list of ids or a dict with "input_ids" (already with [CLS] ... [SEP]).
+    Output: input_ids, attention_mask and labels (the original id where masked, -100 elsewhere), all B x T.
+    """
+
+    mask_token_id: int
+    pad_token_id: int
+    vocab_size: int
+    mask_p: float = 0.15
+    span_p: float = 1 / 3
+    max_span: int = 10
+    max_tries: int = 100
+    num_special_tokens: int = 6
+    random_token_min: int = 5
+    generator: torch.Generator | None = None
+
+    def __call__(self, examples) -> dict[str, torch.Tensor]:
+        sequences = [example["input_ids"] if isinstance(example, dict) else example for example in examples]
+        length = max(len(sequence) for sequence in sequences)
+        input_ids = torch.full((len(sequences), length), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
+        for row, sequence in enumerate(sequences):
+            input_ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
+            attention_mask[row, : len(sequence)] = 1
+        masked, labels = self.mask(input_ids, attention_mask)
+        return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+
+    def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Span masking of a padded batch (B x T); returns the masked ids and the labels."""
+        batch, length = input_ids.shape
+        g = self.generator
+        maskable = attention_mask.bool() & (input_ids >= self.num_special_tokens)
+        last_real = attention_mask.sum(1) - 1
+        maskable[torch.arange(batch), last_real.clamp(min=0)] = False
+        target = torch.binomial(maskable.sum(1).float(), torch.full((batch,), self.mask_p), generator=g).long()
+
+        # K candidate spans per row: lengths Geometric(span_p) mod max_span, uniformly random starts.
+        tries = self.max_tries
+        uniform = torch.rand(batch, tries, generator=g).clamp_min(1e-12)
+        geometric = torch.log(uniform) / torch.log1p(torch.tensor(-self.span_p))
+        span_length = (geometric.floor().long() + 1) % self.max_span
+        start = (torch.rand(batch, tries, generator=g) * length).long()
+        position = torch.arange(length)
+        covers = (position >= start[..., None]) & (position < (start + span_length)[..., None])  # B x K x T
+        covers &= maskable[:, None, :]
+
+        # Take spans in order until the union covers `target` tokens (the reference's stopping rule).
+        union = torch.cummax(covers.to(torch.uint8), dim=1).values  # B x K x T: union of spans 0..k
+        covered = union.sum(-1)  # B x K
+        reached = covered >= target[:, None]
+        stop = torch.where(reached.any(1), reached.float().argmax(1), torch.full((batch,), tries - 1))
+        used = torch.arange(tries) <= stop[:, None]  # B x K
+        covers &= used[..., None]
+        chosen = covers.any(1)  # B x T
+
+        # Each position follows the first span that covers it; the span decides [MASK] / random / unchanged.
+        owner = covers.to(torch.uint8).argmax(1)  # B x T
+        roll = torch.rand(batch, tries, generator=g).gather(1, owner)
+        random_tokens = torch.randint(self.random_token_min, self.vocab_size, (batch, length), generator=g)
+        masked = torch.where(chosen & (roll < 0.8), self.mask_token_id, input_ids)
+        masked = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_tokens, masked)
+        labels = torch.where(chosen, input_ids, -100)
+        return masked, labels

@@ -1,0 +1,70 @@
+"""Sentence packing and the span-masking collator, checked against the recipe's statistics."""
+
+import torch
+
+from elc_bert.data.pretraining import SpanMaskingCollator, pack_sentences
+
+MASK, PAD, V = 4, 3, 1000
+
+
+def _collator(seed=0, **kwargs):
+    return SpanMaskingCollator(MASK, PAD, V, generator=torch.Generator().manual_seed(seed), **kwargs)
+
+
+def _batch(rows=64, length=128, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    examples = []
+    for _ in range(rows):
+        n = int(torch.randint(length // 2, length - 1, (1,), generator=gen))
+        body = torch.randint(7, V, (n,), generator=gen).tolist()
+        examples.append([1] + body + [2])
+    return examples
+
+
+def test_pack_sentences_keeps_whole_sentences_within_documents():
+    documents = [[[10] * 3, [11] * 4, [12] * 2], [[13] * 5], [[14] * 9]]
+    segments = pack_sentences(documents, max_tokens=7)
+    assert segments == [[10] * 3 + [11] * 4, [12] * 2, [13] * 5, [14] * 7, [14] * 2]
+    assert all(len(segment) <= 7 for segment in segments)
+
+
+def test_masking_rate_labels_and_specials():
+    examples = _batch()
+    batch = _collator()(examples)
+    ids, mask, labels = batch["input_ids"], batch["attention_mask"], batch["labels"]
+    original = torch.full_like(ids, PAD)
+    for row, example in enumerate(examples):
+        original[row, : len(example)] = torch.tensor(example)
+    chosen = labels != -100
+    assert torch.equal(labels[chosen], original[chosen])
+    assert not chosen[original < 6].any(), "special tokens are never masked"
+    assert not chosen[mask == 0].any(), "padding is never masked"
+    last = mask.sum(1) - 1
+    assert not chosen[torch.arange(len(ids)), last].any(), "the last real token is never masked"
+    assert torch.equal(ids[~chosen], original[~chosen])
+    rate = chosen.sum().item() / (original >= 6).sum().item()
+    assert 0.14 < rate < 0.19, f"masked {rate:.3f} of the maskable tokens (target 0.15, spans may overshoot)"
+    # 80% [MASK] / 10% random / 10% unchanged, decided per span.
+    as_mask = (ids == MASK) & chosen
+    unchanged = (ids == original) & chosen
+    assert 0.72 < as_mask.sum() / chosen.sum() < 0.88
+    assert 0.05 < unchanged.sum() / chosen.sum() < 0.16
+
+
+def test_masks_come_in_spans_of_the_recipe_lengths():
+    batch = _collator(seed=1)(_batch(rows=256, seed=1))
+    chosen = (batch["labels"] != -100).int()
+    starts = (chosen[:, 1:] - chosen[:, :-1]) == 1
+    runs = chosen.sum() / starts.sum()
+    # Geometric(1/3) mod 10 has mean about 2.7; overlapping and adjacent spans merge into longer runs.
+    assert 2.3 < runs < 4.5, f"mean masked run length {runs:.2f}"
+    # A random replacement covers whole spans: runs of [MASK] are longer than 1 on average too.
+    assert chosen.sum() > 0
+
+
+def test_reproducible_per_seed_and_different_across_seeds():
+    examples = _batch(rows=8)
+    a = _collator(seed=3)(examples)["labels"]
+    b = _collator(seed=3)(examples)["labels"]
+    c = _collator(seed=4)(examples)["labels"]
+    assert torch.equal(a, b) and not torch.equal(a, c)
