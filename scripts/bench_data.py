@@ -51,9 +51,8 @@ def main():
     print(f"batch {args.batch} x length {args.length}, {args.threads} threads")
     print(f"masked batches/s: {batches_per_second:,.1f}")
     print(f"training steps/s (strict-small ELC-BERT): {steps_per_second:.3f}")
-    print(
-        f"collator / training ratio: {batches_per_second / steps_per_second:,.0f}x (the collator is not a bottleneck above 1)"
-    )
+    ratio = batches_per_second / steps_per_second
+    print(f"collator / training ratio: {ratio:,.0f}x (above 1, the collator is not the bottleneck)")
 
 
 if __name__ == "__main__":

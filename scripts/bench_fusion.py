@@ -83,8 +83,10 @@ def main():
     features = [dict(example) for example in features]
     collator = DataCollatorForTokenClassification(tokenizer, return_tensors="pt")
 
-    print(f"MiniLM (6 layers, 384 wide), {len(features)} CoNLL-03 train sentences, batch {args.batch}, "
-          f"{args.threads} threads")
+    print(
+        f"MiniLM (6 layers, 384 wide), {len(features)} CoNLL-03 train sentences, batch {args.batch}, "
+        f"{args.threads} threads"
+    )
     print()
     print(f"Feature extraction, {args.epochs} epochs:")
     print("| fusion | no cache (s) | feature cache (s) | speed-up |")
