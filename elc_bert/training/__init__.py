@@ -1,0 +1,1 @@
+"""What is done with the models: optimisers, schedules and the Trainer jobs."""
