@@ -35,7 +35,7 @@ def main():
         [1] + torch.randint(7, config.vocab_size, (args.length - 2,), generator=generator).tolist() + [2]
         for _ in range(args.batch)
     ]
-    collator = SpanMaskingCollator(4, 3, config.vocab_size, generator=generator)
+    collator = SpanMaskingCollator(4, 3, config.vocab_size)
     batches_per_second = per_second(lambda: collator(examples), repeats=50)
 
     model = ElcBertForMaskedLM(config).train()

@@ -8,7 +8,7 @@ MASK, PAD, V = 4, 3, 1000
 
 
 def _collator(seed=0, **kwargs):
-    return SpanMaskingCollator(MASK, PAD, V, generator=torch.Generator().manual_seed(seed), **kwargs)
+    return SpanMaskingCollator(MASK, PAD, V, seed=seed, **kwargs)
 
 
 def _batch(rows=64, length=128, seed=0):

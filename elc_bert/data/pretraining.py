@@ -3,6 +3,7 @@
 The collator is vectorised over the batch and over candidate spans: no Python loop per sample or per span.
 """
 
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -46,6 +47,9 @@ class SpanMaskingCollator:
 
     Input: a list of examples, each a list of ids or a dict with "input_ids" (already with [CLS] ... [SEP]).
     Output: input_ids, attention_mask and labels (the original id where masked, -100 elsewhere), all B x T.
+
+    The masks of a batch are a function of `seed` and the batch's token ids alone: no global random state is read, so
+    a run resumed from a checkpoint masks exactly as the uninterrupted run did, whatever the data loader prefetched.
     """
 
     mask_token_id: int
@@ -57,7 +61,7 @@ class SpanMaskingCollator:
     max_tries: int = 100
     num_special_tokens: int = 6
     random_token_min: int = 5
-    generator: torch.Generator | None = None
+    seed: int = 0
 
     def __call__(self, examples) -> dict[str, torch.Tensor]:
         sequences = [example["input_ids"] if isinstance(example, dict) else example for example in examples]
@@ -67,13 +71,14 @@ class SpanMaskingCollator:
         for row, sequence in enumerate(sequences):
             input_ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
             attention_mask[row, : len(sequence)] = 1
-        masked, labels = self.mask(input_ids, attention_mask)
+        generator = torch.Generator().manual_seed(zlib.crc32(input_ids.numpy().tobytes(), self.seed))
+        masked, labels = self.mask(input_ids, attention_mask, generator)
         return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
 
-    def mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Span masking of a padded batch (B x T); returns the masked ids and the labels."""
+    def mask(self, input_ids, attention_mask, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """Span masking of a padded batch (B x T) with `generator`; returns the masked ids and the labels."""
         batch, length = input_ids.shape
-        g = self.generator
+        g = generator
         maskable = attention_mask.bool() & (input_ids >= self.num_special_tokens)
         last_real = attention_mask.sum(1) - 1
         maskable[torch.arange(batch), last_real.clamp(min=0)] = False

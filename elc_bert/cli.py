@@ -1,0 +1,25 @@
+"""The `elc-bert` command: `elc-bert <command> CONFIG [key=value ...]`."""
+
+import argparse
+import json
+
+from .training.config import load_config
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    pretrain_parser = commands.add_parser("pretrain", help="pretrain ELC-BERT or LTG-BERT from a YAML config")
+    pretrain_parser.add_argument("config", help="YAML file (see configs/pretrain/)")
+    pretrain_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    args = parser.parse_args(argv)
+
+    if args.command == "pretrain":
+        from .training.pretrain import PretrainConfig, pretrain
+
+        metrics = pretrain(load_config(PretrainConfig, args.config, args.overrides))
+        print(json.dumps(metrics, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""Job configs: YAML files with `key=value` overrides from the command line, into dataclasses."""
+
+import dataclasses
+from pathlib import Path
+
+import yaml
+
+
+def load_config(config_class, path: str | Path | None, overrides: list[str] = ()):
+    """Reads a YAML file into `config_class` (a dataclass), after applying `key=value` overrides (dotted keys reach
+    into dict fields, e.g. `training.max_steps=10`). Unknown keys raise ValueError naming the key and the file."""
+    values = {}
+    if path is not None:
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle) or {}
+    for override in overrides:
+        if "=" not in override:
+            raise ValueError(f"override {override!r} is not key=value")
+        key, raw = override.split("=", 1)
+        *parents, last = key.split(".")
+        target = values
+        for parent in parents:
+            target = target.setdefault(parent, {})
+        target[last] = yaml.safe_load(raw)
+    known = {field.name for field in dataclasses.fields(config_class)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{path or 'overrides'}: unknown keys {unknown} for {config_class.__name__}")
+    return config_class(**values)
+
+
+def save_config(config, path: str | Path) -> None:
+    """Writes the resolved config beside a run's outputs."""
+    with open(path, "w", encoding="utf-8") as handle:
+        yaml.safe_dump(dataclasses.asdict(config), handle, sort_keys=False)
