@@ -26,6 +26,8 @@ class LayerFusionConfig(PreTrainedConfig):
         concat_residual (`bool`): add z_L to the Concat output.
         freeze_backbone (`bool`): feature extraction: the backbone takes no gradient and stays in eval mode.
         head_dropout (`float`): dropout before the task head's output layer.
+        tie_word_embeddings (`bool`): in `LayerFusionForMaskedLM`, tie the backbone's MLM decoder to its input
+            embeddings, as the backbone's own MLM model does.
     """
 
     model_type = "layer_fusion"
@@ -41,6 +43,7 @@ class LayerFusionConfig(PreTrainedConfig):
     concat_residual: bool = False
     freeze_backbone: bool = False
     head_dropout: float | int = 0.1
+    tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
         self.check_values()

@@ -73,8 +73,8 @@ class DepthWiseAttention(nn.Module):
         )  # B x T x S x D
         keys = self.key_proj(self.layer_positions)  # S x D
         query = 1 + F.elu(last + self.query_mlp(last))
-        scores = (query.float() @ keys.float().T) * self.scale
-        weights = torch.softmax(scores, dim=-1)  # over depth, in float32
+        with torch.autocast(query.device.type, enabled=False):  # scores and softmax over depth in float32
+            weights = torch.softmax((query.float() @ keys.float().T) * self.scale, dim=-1)
         fused = last + (weights.to(values.dtype).unsqueeze(-2) @ values).squeeze(-2)
         return fused, weights
 
