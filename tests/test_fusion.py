@@ -98,6 +98,22 @@ def test_dwatt_matches_naive(scaled):
     assert torch.allclose(out.depth_weights.sum(-1), torch.ones(3, 9), atol=1e-6)
 
 
+@pytest.mark.parametrize("fusion", ["dwatt", "concat", "average", "last"])
+def test_packed_real_tokens_equal_the_padded_computation(fusion):
+    """Without hidden states asked for, per-token fusions run on the real tokens only: same values there, zeros at
+    padding."""
+    model = fusion_model(fusion=fusion)
+    ids, mask = padded()
+    with torch.no_grad():
+        packed = model(ids, attention_mask=mask)
+        full = model(ids, attention_mask=mask, output_hidden_states=True)
+    real = mask.bool()
+    assert torch.allclose(packed.last_hidden_state[real], full.last_hidden_state[real], atol=1e-6)
+    assert torch.all(packed.last_hidden_state[~real] == 0)
+    if fusion == "dwatt":
+        assert torch.allclose(packed.depth_weights[real], full.depth_weights[real], atol=1e-6)
+
+
 def test_dwatt_with_zero_values_returns_the_last_state():
     model = fusion_model()
     with torch.no_grad():
@@ -203,10 +219,10 @@ def test_masked_lm_reuses_the_backbone_head(tmp_path, kind):
     model = LayerFusionForMaskedLM.from_backbone(str(tmp_path / "backbone"), fusion="last")
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     ids, mask = padded()
+    real = mask.bool()  # padded positions are not fused (see LayerFusionModel.forward)
     with torch.no_grad():
-        assert torch.allclose(
-            model(ids, attention_mask=mask).logits, backbone(ids, attention_mask=mask).logits, atol=1e-5
-        )
+        fused, plain = model(ids, attention_mask=mask).logits, backbone(ids, attention_mask=mask).logits
+    assert torch.allclose(fused[real], plain[real], atol=1e-5)
     model.save_pretrained(tmp_path / "fused")
     reloaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "fused")
     assert reloaded.get_output_embeddings().weight is reloaded.get_input_embeddings().weight

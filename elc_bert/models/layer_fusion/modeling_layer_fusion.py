@@ -211,10 +211,12 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             raise ValueError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
         self.feature_cache = FeatureCache() if enabled else None
 
-    def backbone_states(self, input_ids, attention_mask, token_type_ids=None) -> list[torch.Tensor]:
-        """The backbone's states z_0..z_L, each B x T x D, from the feature cache when enabled."""
+    def backbone_states(self, input_ids, attention_mask, token_type_ids=None, real_tokens_only=False):
+        """The backbone's states z_0..z_L, each B x T x D, or with `real_tokens_only` each N x D for the N real
+        tokens of the batch in row-major order; from the feature cache when it is enabled."""
         if self.feature_cache is None:
-            return self._run_backbone(input_ids, attention_mask, token_type_ids)
+            states = self._run_backbone(input_ids, attention_mask, token_type_ids)
+            return [state[attention_mask.bool()] for state in states] if real_tokens_only else states
         cache = self.feature_cache
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -230,6 +232,9 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             stacked = torch.stack(computed)  # S x b x T x D
             for j, i in enumerate(missing):
                 cache.store[keys[i]] = stacked[:, j, attention_mask[i].bool()].cpu()
+        if real_tokens_only:
+            packed = torch.cat([cache.store[key] for key in keys], dim=1)  # S x N x D
+            return list(packed.to(input_ids.device).unbind(0))
         first = cache.store[keys[0]]
         batch, length = input_ids.shape
         states = first.new_zeros((first.shape[0], batch, length, first.shape[-1]))
@@ -251,8 +256,12 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         output_hidden_states=None,
         **kwargs,
     ) -> LayerFusionOutput:
-        """input_ids, attention_mask: B x T (1 = real token)."""
-        states = self.backbone_states(input_ids, attention_mask, token_type_ids)
+        """input_ids, attention_mask: B x T (1 = real token). Per-token fusions skip the padding of a padded batch:
+        there the fused states (and depth weights) are zero."""
+        padded = attention_mask is not None and not bool(attention_mask.all())
+        # Fusing per token, only the real tokens need work: a batch of short and long sentences is mostly padding.
+        pack = padded and self.config.fusion != "extra_layers" and not output_hidden_states
+        states = self.backbone_states(input_ids, attention_mask, token_type_ids, real_tokens_only=pack)
         fused_states = states if self.config.fuse_embeddings else states[1:]
         depth_weights = None
         if self.config.fusion == "last":
@@ -263,11 +272,22 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             fused, _ = self.fusion(states, attention_mask, self.backbone)
         else:
             fused, depth_weights = self.fusion(fused_states)
+        if pack:
+            real = attention_mask.bool()
+            fused = _unpack(fused, real)
+            depth_weights = _unpack(depth_weights, real) if depth_weights is not None else None
         return LayerFusionOutput(
             last_hidden_state=fused,
             depth_weights=depth_weights,
             hidden_states=tuple(states) if output_hidden_states else None,
         )
+
+
+def _unpack(packed: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """N x ... values of the real tokens back into B x T x ..., zeros at padding."""
+    out = packed.new_zeros(real.shape + packed.shape[1:])
+    out[real] = packed
+    return out
 
 
 class LayerFusionForTokenClassification(LayerFusionPreTrainedModel):
