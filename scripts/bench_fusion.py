@@ -39,7 +39,7 @@ def train_epochs(features, collator, args, fusion: str, cache: bool) -> float:
     if cache:
         model.base_model.enable_feature_cache()
     model.train()
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3, foreach=True)
     generator = torch.Generator().manual_seed(0)
     start = time.perf_counter()
     for _ in range(args.epochs):
@@ -69,6 +69,7 @@ def main():
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--fusions", nargs="+", default=["dwatt", "concat", "last"])
+    parser.add_argument("--skip-forward", action="store_true", help="only the feature-extraction comparison")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -96,6 +97,8 @@ def main():
         cached = train_epochs(features, collator, args, fusion, cache=True)
         print(f"| {fusion} | {plain:.1f} | {cached:.1f} | {plain / cached:.1f}x |")
 
+    if args.skip_forward:
+        return
     print()
     print("Forward pass over the sentences, backbone included (best of 3):")
     models = {
