@@ -136,7 +136,7 @@ def naive_layer_norm(x, norm):
 
 
 def naive_gelu(x):
-    return torch.stack([0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x.tolist()]).to(F64)
+    return torch.tensor([0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0))) for v in x.tolist()], dtype=F64)
 
 
 def naive_elu(x):
