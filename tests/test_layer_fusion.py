@@ -112,9 +112,14 @@ def backbone_states(model, input_ids, attention_mask):
     return [state.to(F64) for state in output.hidden_states]
 
 
-def check_close(actual, expected, atol, what):
+def check_close(actual, expected, atol, what, attention_mask=None):
+    """Max-abs comparison in float64; with an attention mask, at the real (unpadded) positions only: the package
+    leaves the fused states of padding undefined (zeros where per-token fusions skip it)."""
     actual = actual.detach().to(F64)
     expected = expected.detach().to(F64)
+    if attention_mask is not None:
+        assert actual.shape[:2] == expected.shape[:2] == attention_mask.shape, what
+        actual, expected = actual[attention_mask.bool()], expected[attention_mask.bool()]
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     err = (actual - expected).abs().max().item()
     assert err <= atol, f"{what}: max abs error {err:.3g} > {atol}"
@@ -204,9 +209,10 @@ def test_dwatt_matches_naive(scaled, fuse_embeddings):
     assert output.depth_weights.shape == (*input_ids.shape, len(fused_states))
 
     expected, expected_weights = naive_dwatt(fused_states, model.fusion, scaled)
-    check_close(output.last_hidden_state, expected, 1e-5, "DWAtt output")
-    check_close(output.depth_weights, expected_weights, 1e-5, "depth weights")
-    check_close(output.depth_weights.sum(-1), torch.ones(input_ids.shape, dtype=F64), 1e-6, "sum over depth")
+    check_close(output.last_hidden_state, expected, 1e-5, "DWAtt output", attention_mask)
+    check_close(output.depth_weights, expected_weights, 1e-5, "depth weights", attention_mask)
+    ones = torch.ones(input_ids.shape, dtype=F64)
+    check_close(output.depth_weights.sum(-1), ones, 1e-6, "sum over depth", attention_mask)
     # The weights are far from uniform, and the scaling flag changes them: the comparisons above can tell.
     assert expected_weights.std(-1).mean() > 0.02
     _, other_weights = naive_dwatt(fused_states, model.fusion, not scaled)
@@ -226,6 +232,7 @@ def test_dwatt_zero_values_return_last_state():
     with torch.no_grad():
         fused = model(input_ids, attention_mask=attention_mask).last_hidden_state
         last = model.backbone(input_ids, attention_mask=attention_mask).last_hidden_state
+    fused, last = fused[attention_mask.bool()], last[attention_mask.bool()]
     assert torch.equal(fused, last), f"v_n = 0 must give h = z_L exactly; max diff {(fused - last).abs().max():.3g}"
 
 
@@ -254,7 +261,8 @@ def test_concat_matches_naive(residual, fuse_embeddings):
     width = model.config.backbone_config.hidden_size
     assert model.fusion.proj.in_features == len(fused_states) * width
     assert output.depth_weights is None
-    check_close(output.last_hidden_state, naive_concat(fused_states, model.fusion.proj, residual), 1e-5, "Concat")
+    expected = naive_concat(fused_states, model.fusion.proj, residual)
+    check_close(output.last_hidden_state, expected, 1e-5, "Concat", attention_mask)
 
 
 @pytest.mark.parametrize("fuse_embeddings", [True, False], ids=["with-z0", "no-z0"])
@@ -266,7 +274,7 @@ def test_average_is_mean_of_states(fuse_embeddings):
     states = backbone_states(model, input_ids, attention_mask)
     fused_states = states if fuse_embeddings else states[1:]
     expected = sum(fused_states) / len(fused_states)
-    check_close(output.last_hidden_state, expected, 1e-5, "Average")
+    check_close(output.last_hidden_state, expected, 1e-5, "Average", attention_mask)
     if not fuse_embeddings:  # dropping z_0 must matter, or the check above could not tell
         assert (expected - sum(states) / len(states)).abs().max() > 1e-3
 
@@ -279,7 +287,7 @@ def test_last_is_backbone_last_hidden_state(kind):
     with torch.no_grad():
         output = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
         plain = model.backbone(input_ids, attention_mask=attention_mask)
-    check_close(output.last_hidden_state, plain.last_hidden_state, 0.0, "Last vs backbone")
+    check_close(output.last_hidden_state, plain.last_hidden_state, 0.0, "Last vs backbone", attention_mask)
     assert output.depth_weights is None
     assert len(output.hidden_states) == config.num_hidden_layers + 1
 
@@ -342,6 +350,22 @@ def test_padding_does_not_change_real_positions(kind, fusion):
             if fusion == "dwatt":
                 weights = real_positions(padded.depth_weights, attention_mask, row)
                 check_close(weights, alone.depth_weights[0], 1e-5, f"{what} depth weights")
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_output_hidden_states_does_not_change_the_fused_states(fusion):
+    """With padding, per-token fusions may run on the real tokens only; asking for the hidden states (which keeps
+    the padded layout) must not change the result at the real positions."""
+    model = build(LayerFusionModel, fusion=fusion)
+    if fusion in ("dwatt", "concat"):
+        perturb(model.fusion, seed=9)
+    input_ids, attention_mask = make_batch(LENGTHS)
+    with torch.no_grad():
+        plain = model(input_ids, attention_mask=attention_mask)
+        with_states = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+    check_close(plain.last_hidden_state, with_states.last_hidden_state, 1e-6, fusion, attention_mask)
+    if fusion == "dwatt":
+        check_close(plain.depth_weights, with_states.depth_weights, 1e-6, "depth weights", attention_mask)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -450,7 +474,7 @@ def test_mlm_with_last_fusion_equals_backbone_mlm(kind, overrides, tmp_path):
     with torch.no_grad():
         expected = backbone_mlm(input_ids, attention_mask=attention_mask).logits
         got = model(input_ids, attention_mask=attention_mask).logits
-    check_close(got, expected, 1e-5, f"{kind}{overrides} fused MLM (last) vs backbone MLM")
+    check_close(got, expected, 1e-5, f"{kind}{overrides} fused MLM (last) vs backbone MLM", attention_mask)
 
 
 # --------------------------------------------------------------------------------- 6. feature extraction, cache
@@ -574,8 +598,9 @@ def test_dwatt_bf16_autocast_forward_backward():
     assert output.depth_weights.dtype == torch.float32
     assert torch.isfinite(loss) and torch.isfinite(output.last_hidden_state).all()
     assert torch.isfinite(output.depth_weights).all()
-    check_close(output.depth_weights.sum(-1), torch.ones(input_ids.shape, dtype=F64), 1e-5, "bf16 sum over depth")
-    check_close(output.depth_weights, fp32_weights, 2e-2, "bf16 vs fp32 depth weights")
+    ones = torch.ones(input_ids.shape, dtype=F64)
+    check_close(output.depth_weights.sum(-1), ones, 1e-5, "bf16 sum over depth", attention_mask)
+    check_close(output.depth_weights, fp32_weights, 2e-2, "bf16 vs fp32 depth weights", attention_mask)
     for name, param in model.named_parameters():
         if param.grad is not None:
             assert torch.isfinite(param.grad).all(), f"non-finite gradient in {name}"

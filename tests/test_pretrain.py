@@ -34,7 +34,14 @@ def test_pretrain_writes_run_directory_and_loss_falls(tmp_path):
     config = _config(tmp_path, max_steps=30, learning_rate=5e-3, training={"save_steps": 100, "logging_steps": 1})
     pretrain(config)
     run = Path(config.output_dir)
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "pretrain_config.yaml", "metrics.json"):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "pretrain_config.yaml",
+        "metrics.json",
+        "loss.png",
+    ):
         assert (run / name).exists(), name
     losses = [
         entry["loss"]

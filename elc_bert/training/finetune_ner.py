@@ -27,6 +27,7 @@ from transformers import (
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..models import LayerFusionForTokenClassification
 from .config import save_config
+from .plots import plot_curves
 
 # t quantiles (two-sided 95%) for small numbers of trials; beyond the table, the normal quantile.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -74,9 +75,13 @@ def confidence_interval(values: list[float]) -> tuple[float, float]:
 
 
 def load_data(config: FinetuneNerConfig):
+    """The dataset from `data_dir`: the dataset's own folder, or a data root holding `conll2003/` or `wikiann/`."""
+    folder = {"conll03": "conll2003", "wikiann": "wikiann"}[config.dataset]
+    data_dir = Path(config.data_dir)
+    data_dir = data_dir / folder if (data_dir / folder).is_dir() else data_dir
     if config.dataset == "conll03":
-        return load_conll03(Path(config.data_dir), scheme=config.scheme), SCHEMES[f"conll03-{config.scheme}"]
-    return load_wikiann(Path(config.data_dir), config.language, layout=config.wikiann_layout), SCHEMES["wikiann"]
+        return load_conll03(data_dir, scheme=config.scheme), SCHEMES[f"conll03-{config.scheme}"]
+    return load_wikiann(data_dir, config.language, layout=config.wikiann_layout), SCHEMES["wikiann"]
 
 
 def entity_f1(label_names, scheme: str):
@@ -188,6 +193,8 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
             )
             results[(shots, trial)] = best
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
+            epochs = list(range(1, len(curve) + 1))
+            plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
     return write_results(config, results)
 
 
@@ -212,5 +219,7 @@ def write_results(config: FinetuneNerConfig, results: dict) -> dict:
         *rows,
     ]
     (output_dir / "results.md").write_text("\n".join(table) + "\n")
+    means = [summary[f"n{shots}"]["mean"] for shots in config.shots]
+    plot_curves(output_dir / "f1_vs_n.png", {config.fusion or "plain": (config.shots, means)}, "N", "best dev F1", mode)
     print("\n".join(table))
     return summary

@@ -16,6 +16,7 @@ from ..data.tokenizer import train_tokenizer
 from ..models import ElcBertConfig, ElcBertForMaskedLM
 from .config import save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
+from .plots import plot_curves
 
 
 @dataclass
@@ -133,4 +134,9 @@ def pretrain(config: PretrainConfig) -> dict:
     tokenizer.save_pretrained(output_dir)
     history = trainer.state.log_history
     (output_dir / "metrics.json").write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
+    curves = {
+        split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
+        for split, key in (("train", "loss"), ("validation", "eval_loss"))
+    }
+    plot_curves(output_dir / "loss.png", {k: v for k, v in curves.items() if v[0]}, "step", "MLM loss", "Pretraining")
     return metrics
