@@ -94,7 +94,12 @@ class ConcatFusion(nn.Module):
 
 
 class ExtraLayers(nn.Module):
-    """Base+n: n freshly initialised layers of the backbone's own kind stacked on z_L."""
+    """Base+n: n freshly initialised layers of the backbone's own kind stacked on z_L.
+
+    On an ELC-BERT backbone each extra block is one more ELC block: it reads its own learned mixture of all the
+    states before it (y_0..y_L and the earlier extra blocks), as the backbone's blocks do; on LTG-BERT and the BERT
+    family it continues the residual stream from z_L.
+    """
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel):
         super().__init__()
@@ -114,8 +119,13 @@ class ExtraLayers(nn.Module):
             relative = embeddings.relative_layer_norm(embeddings.relative_embedding)
             buckets = backbone.position_buckets(length, hidden_states.device)
             padding = None if attention_mask is None else (attention_mask == 0).view(1, batch, 1, length)
+            states = list(states)
             for layer in self.layers:
+                if hasattr(layer, "prev_layer_weights"):  # ELC: mix everything below
+                    weights = torch.softmax(layer.prev_layer_weights, dim=0, dtype=torch.float32)
+                    hidden_states = sum(w.to(s.dtype) * s for w, s in zip(weights, states))
                 hidden_states = layer(hidden_states, relative, buckets, padding)[0]
+                states.append(hidden_states)
             return hidden_states, None
         mask = create_bidirectional_mask(
             config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -158,6 +168,13 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
             init.uniform_(module.layer_positions, 0.0, 1.0)
 
     @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model.base_model.apply_freezing()
+        return loaded
+
+    @classmethod
     def from_backbone(cls, backbone_name_or_path: str, **config_kwargs):
         """A fusion model around a pretrained backbone (a local folder or a Hub name): the backbone keeps its
         weights, the fusion module and the head start fresh. Keyword arguments are `LayerFusionConfig` fields
@@ -188,9 +205,14 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         elif config.fusion == "extra_layers":
             self.fusion = ExtraLayers(config, self.backbone)
         self.feature_cache = None
-        if config.freeze_backbone:
-            self.backbone.requires_grad_(False)
         self.post_init()
+        self.apply_freezing()
+
+    def apply_freezing(self):
+        """Feature extraction: no gradient for the backbone when `config.freeze_backbone` (re-applied after loading,
+        which creates the parameters anew)."""
+        if self.config.freeze_backbone:
+            self.backbone.requires_grad_(False)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -243,9 +265,11 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         return list(states.to(input_ids.device).unbind(0))
 
     def _run_backbone(self, input_ids, attention_mask, token_type_ids):
+        """z_0..z_L, with z_L the backbone's own output (for an ELC-BERT `weighted_output` backbone that is its
+        output mixture, not the last block's state)."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         output = self.backbone(input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
-        return list(output.hidden_states)
+        return [*output.hidden_states[:-1], output.last_hidden_state]
 
     @can_return_tuple
     def forward(
