@@ -15,6 +15,9 @@ def main(argv=None):
     ner_parser = commands.add_parser("finetune-ner", help="few-shot NER (CoNLL-03, WikiAnn) from a YAML config")
     ner_parser.add_argument("config", help="YAML file (see configs/ner/)")
     ner_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    mlm_parser = commands.add_parser("mlm", help="MLM fine-tuning and perplexity on WikiText-2 from a YAML config")
+    mlm_parser.add_argument("config", help="YAML file (see configs/mlm/)")
+    mlm_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
     args = parser.parse_args(argv)
 
     if args.command == "pretrain":
@@ -26,6 +29,10 @@ def main(argv=None):
         from .training.finetune_ner import FinetuneNerConfig, finetune_ner
 
         finetune_ner(load_config(FinetuneNerConfig, args.config, args.overrides))
+    elif args.command == "mlm":
+        from .training.mlm import MlmConfig, mlm
+
+        print(json.dumps(mlm(load_config(MlmConfig, args.config, args.overrides)), indent=2))
 
 
 if __name__ == "__main__":

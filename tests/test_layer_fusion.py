@@ -477,6 +477,32 @@ def test_mlm_with_last_fusion_equals_backbone_mlm(kind, overrides, tmp_path):
     check_close(got, expected, 1e-5, f"{kind}{overrides} fused MLM (last) vs backbone MLM", attention_mask)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_from_backbone_keeps_backbone_weights(kind, tmp_path):
+    torch.manual_seed(1)
+    pretrained = AutoModel.from_config(tiny_backbone_config(kind))
+    if kind == "elc_bert":
+        randomise_elc_logits(pretrained, seed=1)
+    pretrained.eval().save_pretrained(tmp_path)
+    model = LayerFusionForTokenClassification.from_backbone(
+        str(tmp_path), fusion="dwatt", num_labels=3, freeze_backbone=True
+    )
+    assert model.config.num_labels == 3 and model.config.freeze_backbone
+    assert type(model.config.backbone_config) is type(pretrained.config)
+    expected = pretrained.state_dict()
+    got = model.base_model.backbone.state_dict()
+    assert set(got) == set(expected)
+    changed = [key for key in expected if not torch.equal(got[key], expected[key])]
+    assert not changed, f"backbone weights not loaded: {changed[:3]}"
+    assert not any(p.requires_grad for p in model.base_model.backbone.parameters())
+    input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(pretrained.config))
+    with torch.no_grad():
+        states = model.base_model(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+        reference = pretrained(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+    for n, (state, ref) in enumerate(zip(states, reference)):
+        check_close(state, ref, 0.0, f"z_{n}", attention_mask)
+
+
 # --------------------------------------------------------------------------------- 6. feature extraction, cache
 def test_frozen_backbone_feature_extraction():
     model = build(
@@ -664,8 +690,10 @@ def test_minilm_dwatt_feature_extraction_learns_conll():
     assert type(model.base_model.backbone).__name__ == "BertModel"
     input_ids, attention_mask = encoded["input_ids"], encoded["attention_mask"]
     with torch.no_grad():
-        probe = model.base_model(input_ids[:2], attention_mask=attention_mask[:2])
+        probe = model.base_model(input_ids[:2], attention_mask=attention_mask[:2], output_hidden_states=True)
+        reference = AutoModel.from_pretrained(str(folder)).eval()(input_ids[:2], attention_mask=attention_mask[:2])
     assert probe.depth_weights.shape[-1] == 7, "6 layers + embeddings"
+    check_close(probe.hidden_states[-1], reference.last_hidden_state, 0.0, "pretrained MiniLM", attention_mask[:2])
 
     model.base_model.enable_feature_cache()
     model.train()

@@ -1,0 +1,150 @@
+"""`elc-bert mlm`: masked-LM fine-tuning on WikiText-2 and its perplexity, for any masked LM or a layer-fusion MLM.
+
+Trains with the Trainer, keeps the checkpoint with the best validation loss, and reports exp(loss) on the test split
+as the (masked-LM) perplexity, as the DWAtt paper does.
+"""
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import torch
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    DataCollatorForLanguageModeling,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+from ..data.text import read_lines
+from ..models import LayerFusionForMaskedLM
+from .config import save_config
+from .finetune_ner import resolve_model
+from .plots import plot_curves
+
+
+@dataclass
+class MlmConfig:
+    """`data_dir` holds WikiText-2's train/valid/test files (`train.txt[.gz]`, ...), or is a data root holding
+    `wikitext2/wikitext-2-v1_tokenized/`. `fusion` None fine-tunes `model` itself."""
+
+    output_dir: str
+    model: str
+    data_dir: str
+    fusion: str | None = "dwatt"
+    freeze_backbone: bool = False
+    block_size: int = 128
+    mask_p: float = 0.15
+    epochs: float = 1.0
+    learning_rate: float = 5e-5
+    batch_size: int = 8
+    max_train_blocks: int | None = None
+    max_eval_blocks: int | None = None
+    seed: int = 0
+    training: dict = field(default_factory=dict)
+
+
+def wikitext_splits(data_dir: Path) -> dict[str, Path]:
+    nested = data_dir / "wikitext2" / "wikitext-2-v1_tokenized"
+    folder = nested if nested.is_dir() else data_dir
+    splits = {}
+    for split, name in (("train", "train.txt"), ("validation", "valid.txt"), ("test", "test.txt")):
+        candidates = [folder / name, folder / (name + ".gz")]
+        found = [path for path in candidates if path.is_file()]
+        if not found:
+            raise FileNotFoundError(f"{folder}: missing the {split} split ({name} or {name}.gz)")
+        splits[split] = found[0]
+    return splits
+
+
+def blocks(path: Path, tokenizer, block_size: int, limit: int | None) -> datasets.Dataset:
+    """The file's non-empty lines, tokenized and cut into blocks of `block_size` tokens, each between the
+    tokenizer's sequence start and end tokens ([CLS]/[SEP], <s>/</s>)."""
+    lines = [line.strip() for line in read_lines(path) if line.strip()]
+    body = block_size - 2
+    needed = None if limit is None else limit * body
+    ids = []
+    for start in range(0, len(lines), 1000):  # tokenize only as much text as the blocks asked for need
+        ids.extend(
+            i
+            for encoded in tokenizer(lines[start : start + 1000], add_special_tokens=False)["input_ids"]
+            for i in encoded
+        )
+        if needed is not None and len(ids) >= needed:
+            break
+    chunks = [ids[start : start + body] for start in range(0, len(ids) - body + 1, body)]
+    chunks = chunks[:limit] if limit is not None else chunks
+    first, last = tokenizer.cls_token_id, tokenizer.sep_token_id
+    return datasets.Dataset.from_dict({"input_ids": [[first, *chunk, last] for chunk in chunks]})
+
+
+def mlm(config: MlmConfig) -> dict:
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, output_dir / "mlm_config.yaml")
+    model_path = resolve_model(config.model)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    splits = wikitext_splits(Path(config.data_dir))
+    train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
+    validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
+    test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
+
+    set_seed(config.seed)
+    if config.fusion is None:
+        model = AutoModelForMaskedLM.from_pretrained(model_path)
+    else:
+        model = LayerFusionForMaskedLM.from_backbone(
+            model_path, fusion=config.fusion, freeze_backbone=config.freeze_backbone
+        )
+    arguments = dict(
+        output_dir=str(output_dir),
+        num_train_epochs=config.epochs,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=config.batch_size,
+        eval_strategy="epoch",
+        save_strategy="epoch",
+        logging_strategy="epoch",
+        load_best_model_at_end=True,
+        metric_for_best_model="eval_loss",
+        save_total_limit=2,
+        prediction_loss_only=True,
+        seed=config.seed,
+        report_to=[],
+    )
+    arguments.update(config.training)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mask_p)
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(**arguments),
+        train_dataset=train,
+        eval_dataset=validation,
+        data_collator=collator,
+    )
+    trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir))
+    torch.manual_seed(config.seed)  # the same test masks for every model compared
+    validation_loss = trainer.evaluate()["eval_loss"]
+    torch.manual_seed(config.seed)
+    test_loss = trainer.evaluate(test, metric_key_prefix="test")["test_loss"]
+    metrics = {
+        "validation_loss": validation_loss,
+        "validation_perplexity": math.exp(validation_loss),
+        "test_loss": test_loss,
+        "test_perplexity": math.exp(test_loss),
+    }
+    (output_dir / "metrics.json").write_text(json.dumps({"final": metrics, "log_history": trainer.state.log_history}))
+    history = trainer.state.log_history
+    curve = [(e["epoch"], e["eval_loss"]) for e in history if "eval_loss" in e]
+    if curve:
+        plot_curves(output_dir / "eval_loss.png", {"validation": tuple(zip(*curve))}, "epoch", "MLM loss", "WikiText-2")
+    return metrics
+
+
+def _last_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir))
