@@ -83,3 +83,27 @@ def test_missing_split_names_the_folder(tmp_path):
     (tmp_path / "corpus" / "a.dev").write_text("hello\n")
     with pytest.raises(FileNotFoundError, match="corpus.*train"):
         pretrain(_config(tmp_path, data_dir=str(tmp_path), train_files=["corpus"]))
+
+
+def test_two_process_ddp_ranks_agree_on_the_weights(tmp_path):
+    """`torchrun --nproc_per_node 2` (gloo on CPU) through the Trainer: both ranks end with identical weights."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    config = _config(tmp_path, max_steps=4, training={"save_steps": 100, "logging_steps": 1})
+    path = tmp_path / "ddp.yaml"
+    path.write_text(yaml.safe_dump(config.__dict__))
+    torchrun = Path(sys.executable).with_name("torchrun")
+    script = Path(__file__).with_name("ddp_pretrain.py")
+    completed = subprocess.run(
+        [str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", str(script), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    digests = [(Path(config.output_dir) / f"rank{r}.sha256").read_text().split() for r in (0, 1)]
+    assert digests[0][0] == digests[1][0] == "2", "both processes saw a world of 2"
+    assert digests[0][1] == digests[1][1]

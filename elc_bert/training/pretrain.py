@@ -7,6 +7,7 @@ from pathlib import Path
 
 import datasets
 import torch
+from accelerate import PartialState
 from transformers import AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -72,14 +73,16 @@ def pretrain(config: PretrainConfig) -> dict:
     validation_files = [f for name in config.validation_files for f in corpus_files(data_dir / name, "dev")]
 
     tokenizer_dir = output_dir / "tokenizer"
-    if config.tokenizer is not None:
-        tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
-    elif tokenizer_dir.exists():  # a resumed run keeps its tokenizer
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    else:
-        lines = (line for document in read_documents(train_files) for line in document)
-        tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
-        tokenizer.save_pretrained(tokenizer_dir)
+    # Under torchrun the main process trains and saves the tokenizer first; the others then load it.
+    with PartialState().main_process_first():
+        if config.tokenizer is not None:
+            tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
+        elif tokenizer_dir.exists():  # a resumed run, or a process after the main one
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        else:
+            lines = (line for document in read_documents(train_files) for line in document)
+            tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
+            tokenizer.save_pretrained(tokenizer_dir)
 
     train_dataset = build_dataset(train_files, tokenizer, config.seq_length)
     eval_dataset = build_dataset(validation_files, tokenizer, config.seq_length) if validation_files else None
@@ -131,12 +134,14 @@ def pretrain(config: PretrainConfig) -> dict:
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
     trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(output_dir)
-    history = trainer.state.log_history
-    (output_dir / "metrics.json").write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
-    curves = {
-        split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
-        for split, key in (("train", "loss"), ("validation", "eval_loss"))
-    }
-    plot_curves(output_dir / "loss.png", {k: v for k, v in curves.items() if v[0]}, "step", "MLM loss", "Pretraining")
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(output_dir)
+        history = trainer.state.log_history
+        (output_dir / "metrics.json").write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
+        curves = {
+            split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
+            for split, key in (("train", "loss"), ("validation", "eval_loss"))
+        }
+        curves = {name: curve for name, curve in curves.items() if curve[0]}
+        plot_curves(output_dir / "loss.png", curves, "step", "MLM loss", "Pretraining")
     return metrics
