@@ -1,6 +1,7 @@
 """The pretraining job end to end on the bundled WikiText-2 sample: runs, writes its run directory, resumes."""
 
-import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,20 +52,37 @@ def test_pretrain_writes_run_directory_and_loss_falls(tmp_path):
     assert sum(losses[-5:]) / 5 < sum(losses[:5]) / 5
 
 
-def test_interrupted_run_resumes_to_the_same_weights(tmp_path):
+def _write_config(config, path):
+    import yaml
+
+    path.write_text(yaml.safe_dump(config.__dict__))
+    return path
+
+
+def _run(*arguments, torchrun=False):
+    command = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2", "--master_port", "29517"]
+    command = (command if torchrun else [sys.executable]) + [str(Path(__file__).with_name("run_pretrain.py"))]
+    return subprocess.run(command + [str(a) for a in arguments], capture_output=True, text=True, timeout=300)
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    """A process killed right after its step-3 checkpoint, then the same command again: the final weights equal
+    those of an uninterrupted run with the same seed, bit for bit."""
     uninterrupted = _config(tmp_path / "a")
-    pretrain(uninterrupted)
-    # An interruption after the checkpoint at step 3: the later checkpoint and the final model never got written.
-    interrupted_dir = tmp_path / "b" / "run"
-    shutil.copytree(uninterrupted.output_dir, interrupted_dir)
-    shutil.rmtree(interrupted_dir / "checkpoint-6")
-    (interrupted_dir / "model.safetensors").unlink()
-    pretrain(_config(tmp_path / "b"))
+    assert _run(_write_config(uninterrupted, tmp_path / "a.yaml")).returncode == 0
+    interrupted = _config(tmp_path / "b")
+    path = _write_config(interrupted, tmp_path / "b.yaml")
+    killed = _run(path, "--die-after-checkpoint", 3)
+    assert killed.returncode == 17, killed.stderr[-2000:]
+    run = Path(interrupted.output_dir)
+    assert (run / "checkpoint-3").is_dir() and not (run / "model.safetensors").exists()
+    resumed = _run(path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     expected = load_file(Path(uninterrupted.output_dir) / "model.safetensors")
-    resumed = load_file(interrupted_dir / "model.safetensors")
-    assert expected.keys() == resumed.keys()
+    final = load_file(run / "model.safetensors")
+    assert expected.keys() == final.keys()
     for key in expected:
-        assert torch.equal(expected[key], resumed[key]), key
+        assert torch.equal(expected[key], final[key]), key
 
 
 def test_config_file_and_overrides(tmp_path):
@@ -87,22 +105,8 @@ def test_missing_split_names_the_folder(tmp_path):
 
 def test_two_process_ddp_ranks_agree_on_the_weights(tmp_path):
     """`torchrun --nproc_per_node 2` (gloo on CPU) through the Trainer: both ranks end with identical weights."""
-    import subprocess
-    import sys
-
-    import yaml
-
     config = _config(tmp_path, max_steps=4, training={"save_steps": 100, "logging_steps": 1})
-    path = tmp_path / "ddp.yaml"
-    path.write_text(yaml.safe_dump(config.__dict__))
-    torchrun = Path(sys.executable).with_name("torchrun")
-    script = Path(__file__).with_name("ddp_pretrain.py")
-    completed = subprocess.run(
-        [str(torchrun), "--nproc_per_node", "2", "--master_port", "29517", str(script), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    completed = _run(_write_config(config, tmp_path / "ddp.yaml"), torchrun=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
     digests = [(Path(config.output_dir) / f"rank{r}.sha256").read_text().split() for r in (0, 1)]
     assert digests[0][0] == digests[1][0] == "2", "both processes saw a world of 2"
