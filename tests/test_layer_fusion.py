@@ -714,7 +714,8 @@ def test_minilm_dwatt_feature_extraction_learns_conll():
     cache = model.base_model.feature_cache
     assert (cache.misses, cache.hits) == (32, 32 * (epochs - 1))
     first, last = epoch_losses[0], epoch_losses[-1]
-    assert last < 0.7 * first, f"training loss fell only from {first:.3f} to {last:.3f}: {epoch_losses}"
+    # 0.25: well below what learning only the label prior (mostly "O") would reach
+    assert last < 0.25 * first, f"training loss fell only from {first:.3f} to {last:.3f}: {epoch_losses}"
 
 
 # ---------------------------------------------------------------------------------------------------- 9. config
