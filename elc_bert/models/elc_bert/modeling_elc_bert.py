@@ -512,13 +512,15 @@ class ElcBertModel(ElcBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def position_buckets(self, length: int, device) -> torch.Tensor:
-        """The T x T bucket table, built once per length and device and shared by all layers."""
-        key = (length, str(device))
-        if key not in self._bucket_cache:
-            self._bucket_cache[key] = relative_position_buckets(
+        """The T x T bucket table shared by all layers. A bucket depends on i - j only, so one table per device, as
+        long as the longest input seen, serves every shorter length as its top-left corner."""
+        table = self._bucket_cache.get(str(device))
+        if table is None or table.shape[0] < length:
+            table = relative_position_buckets(
                 length, self.config.position_bucket_size, self.config.max_position_embeddings, device
             )
-        return self._bucket_cache[key]
+            self._bucket_cache[str(device)] = table
+        return table[:length, :length]
 
     @can_return_tuple
     def forward(
