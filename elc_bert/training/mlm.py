@@ -19,6 +19,7 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..data.text import read_lines
 from ..models import LayerFusionForMaskedLM
@@ -125,7 +126,7 @@ def mlm(config: MlmConfig) -> dict:
         eval_dataset=validation,
         data_collator=collator,
     )
-    trainer.train(resume_from_checkpoint=_last_checkpoint(output_dir))
+    trainer.train(resume_from_checkpoint=get_last_checkpoint(str(output_dir)))
     torch.manual_seed(config.seed)  # the same test masks for every model compared
     validation_loss = trainer.evaluate()["eval_loss"]
     torch.manual_seed(config.seed)
@@ -142,9 +143,3 @@ def mlm(config: MlmConfig) -> dict:
     if curve:
         plot_curves(output_dir / "eval_loss.png", {"validation": tuple(zip(*curve))}, "epoch", "MLM loss", "WikiText-2")
     return metrics
-
-
-def _last_checkpoint(output_dir: Path) -> str | None:
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(output_dir))

@@ -561,6 +561,23 @@ class ElcBertModel(ElcBertPreTrainedModel):
         )
 
 
+def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss of `config.problem_type` (inferred once, as `transformers` does: one label regresses, integer labels
+    classify, float label vectors are multi-label). logits: B x num_labels; labels: B, or B x num_labels."""
+    if config.problem_type is None:
+        if config.num_labels == 1:
+            config.problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            config.problem_type = "single_label_classification"
+        else:
+            config.problem_type = "multi_label_classification"
+    if config.problem_type == "regression":
+        return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
+    if config.problem_type == "single_label_classification":
+        return F.cross_entropy(logits.float(), labels.view(-1))
+    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
 def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
     """Cross entropy summed over the labelled items (labels != -100) of N x C logits, divided by their number, or by
     the Trainer's `num_items_in_batch` (the count over all accumulated micro-batches) when it passes one."""
@@ -652,24 +669,10 @@ class ElcBertForSequenceClassification(ElcBertPreTrainedModel):
         logits = self.classifier(outputs.last_hidden_state[:, 0])
         loss = None
         if labels is not None:
-            loss = self._classification_loss(logits, labels)
+            loss = sequence_classification_loss(self.config, logits, labels)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
-
-    def _classification_loss(self, logits, labels):
-        if self.config.problem_type is None:
-            if self.num_labels == 1:
-                self.config.problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                self.config.problem_type = "single_label_classification"
-            else:
-                self.config.problem_type = "multi_label_classification"
-        if self.config.problem_type == "regression":
-            return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
-        if self.config.problem_type == "single_label_classification":
-            return F.cross_entropy(logits.float(), labels.view(-1))
-        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
 class ElcBertForTokenClassification(ElcBertPreTrainedModel):
@@ -807,5 +810,6 @@ __all__ = [
     "convert_ltgbert_state_dict",
     "ltgbert_architecture",
     "relative_position_buckets",
+    "sequence_classification_loss",
     "token_cross_entropy",
 ]

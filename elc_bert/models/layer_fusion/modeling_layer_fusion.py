@@ -17,7 +17,7 @@ from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutp
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 
-from ..elc_bert.modeling_elc_bert import ElcBertModel, token_cross_entropy
+from ..elc_bert.modeling_elc_bert import ElcBertModel, sequence_classification_loss, token_cross_entropy
 from .configuration_layer_fusion import LayerFusionConfig
 
 
@@ -347,15 +347,12 @@ class LayerFusionForSequenceClassification(LayerFusionPreTrainedModel):
 
     @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        """Classifies each sequence from the fused state of its first token. labels: B."""
+        """Classifies each sequence from the fused state of its first token. labels: B (or B x num_labels)."""
         outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         logits = self.classifier(self.dropout(outputs.last_hidden_state[:, 0]))
         loss = None
         if labels is not None:
-            if self.num_labels == 1:
-                loss = F.mse_loss(logits.squeeze(-1).float(), labels.float())
-            else:
-                loss = F.cross_entropy(logits.float(), labels)
+            loss = sequence_classification_loss(self.config, logits, labels)
         return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
