@@ -111,3 +111,36 @@ def test_two_process_ddp_ranks_agree_on_the_weights(tmp_path):
     digests = [(Path(config.output_dir) / f"rank{r}.sha256").read_text().split() for r in (0, 1)]
     assert digests[0][0] == digests[1][0] == "2", "both processes saw a world of 2"
     assert digests[0][1] == digests[1][1]
+
+
+def test_long_phase_switches_to_long_samples_with_a_quarter_batch(tmp_path, monkeypatch):
+    """The recipe's last 10%: samples up to long_seq_length tokens, batch/4, same run (one schedule, one optimizer)."""
+    import elc_bert.training.pretrain as job
+
+    shapes = []
+    collate = job.BatchRowCollator.__call__
+
+    def recording(self, rows):
+        batch = collate(self, rows)
+        shapes.append(tuple(batch["input_ids"].shape))
+        return batch
+
+    monkeypatch.setattr(job.BatchRowCollator, "__call__", recording)
+    config = _config(tmp_path, max_steps=10, seq_length=32, long_seq_length=128, long_after=0.8, batch_size=8)
+    pretrain(config)
+    assert len(shapes) == 10
+    assert all(b == 8 and t <= 32 for b, t in shapes[:8]), shapes
+    assert all(b == 2 and t <= 128 for b, t in shapes[8:]) and max(t for _, t in shapes[8:]) > 32, shapes
+    with pytest.raises(ValueError, match="long_seq_length"):
+        _config(tmp_path, long_seq_length=16)
+    with pytest.raises(ValueError, match="training.per_device_train_batch_size"):
+        _config(tmp_path, training={"per_device_train_batch_size": 4})
+
+
+def test_batches_cover_each_epoch_once():
+    from elc_bert.data.pretraining import schedule_batches
+
+    batches = schedule_batches(10, 4, 5, seed=3)  # 20 draws = two epochs of 10
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
+    assert batches == schedule_batches(10, 4, 5, seed=3) and batches != schedule_batches(10, 4, 5, seed=4)

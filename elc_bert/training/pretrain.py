@@ -11,7 +11,7 @@ from accelerate import PartialState
 from transformers import AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..data.pretraining import SpanMaskingCollator, pack_sentences
+from ..data.pretraining import SpanMaskingCollator, pack_sentences, schedule_batches
 from ..data.text import corpus_files, read_documents
 from ..data.tokenizer import train_tokenizer
 from ..models import ElcBertConfig, ElcBertForMaskedLM
@@ -35,6 +35,8 @@ class PretrainConfig:
     vocab_size: int = 4096
     min_frequency: int = 10
     seq_length: int = 128
+    long_seq_length: int | None = None  # the recipe's switch to long samples (512) with batch/4 ...
+    long_after: float = 0.9  # ... for the steps after this fraction of max_steps
     optimizer: str = "lamb"  # or "adamw"
     learning_rate: float = 1e-2
     weight_decay: float = 0.1
@@ -52,15 +54,42 @@ class PretrainConfig:
             raise ValueError(f"seq_length must be >= 8, got {self.seq_length}")
         if not self.train_files:
             raise ValueError("train_files is empty")
+        if self.long_seq_length is not None:
+            if self.long_seq_length <= self.seq_length:
+                raise ValueError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
+            if self.batch_size % 4:
+                raise ValueError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
+            if not 0 < self.long_after < 1:
+                raise ValueError(f"long_after must be in (0, 1), got {self.long_after}")
+        job_fields = ("per_device_train_batch_size", "per_device_eval_batch_size", "train_sampling_strategy")
+        for name in (*job_fields, "max_steps"):
+            if name in self.training:
+                raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps instead")
 
 
-def build_dataset(files: list[Path], tokenizer, seq_length: int) -> datasets.Dataset:
+def build_samples(files: list[Path], tokenizer, seq_length: int) -> list[list[int]]:
     """Documents packed by whole sentences into [CLS] ... [SEP] samples of at most `seq_length` tokens."""
     documents = read_documents(files)
     tokenized = [tokenizer(document, add_special_tokens=False)["input_ids"] for document in documents]
     segments = pack_sentences(tokenized, seq_length - 2)
     samples = [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]
-    return datasets.Dataset.from_dict({"input_ids": samples})
+    return samples
+
+
+def batch_rows(samples: list[list[int]], batches: list[list[int]]) -> datasets.Dataset:
+    """One row per batch: the job decides batch composition (and the long phase's batch size) itself, and the
+    Trainer reads the rows in order, one per step and process."""
+    return datasets.Dataset.from_dict({"input_ids": [[samples[i] for i in batch] for batch in batches]})
+
+
+@dataclass
+class BatchRowCollator:
+    """Masks the samples of the batch rows made by `batch_rows` as one batch."""
+
+    masking: SpanMaskingCollator
+
+    def __call__(self, rows) -> dict[str, torch.Tensor]:
+        return self.masking([sample for row in rows for sample in row["input_ids"]])
 
 
 def pretrain(config: PretrainConfig) -> dict:
@@ -84,8 +113,25 @@ def pretrain(config: PretrainConfig) -> dict:
             tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
             tokenizer.save_pretrained(tokenizer_dir)
 
-    train_dataset = build_dataset(train_files, tokenizer, config.seq_length)
-    eval_dataset = build_dataset(validation_files, tokenizer, config.seq_length) if validation_files else None
+    # The Trainer draws one row (= one batch) per step and process: rows hold the steps of every process in turn.
+    rows_per_step = PartialState().num_processes * config.training.get("gradient_accumulation_steps", 1)
+    long_steps = 0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
+    short_samples = build_samples(train_files, tokenizer, config.seq_length)
+    phases = [(short_samples, config.batch_size, config.max_steps - long_steps)]
+    if long_steps:
+        long_samples = build_samples(train_files, tokenizer, config.long_seq_length)
+        phases.append((long_samples, config.batch_size // 4, long_steps))
+    train_dataset = datasets.concatenate_datasets(
+        [
+            batch_rows(samples, schedule_batches(len(samples), size, steps * rows_per_step, config.seed + phase))
+            for phase, (samples, size, steps) in enumerate(phases)
+        ]
+    )
+    eval_dataset = None
+    if validation_files:
+        samples = build_samples(validation_files, tokenizer, config.seq_length)
+        starts = range(0, len(samples), config.batch_size)
+        eval_dataset = batch_rows(samples, [list(range(i, min(i + config.batch_size, len(samples)))) for i in starts])
     torch.manual_seed(config.seed)
     model_config = ElcBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), **config.model)
     model = ElcBertForMaskedLM(model_config)
@@ -101,8 +147,9 @@ def pretrain(config: PretrainConfig) -> dict:
     training = dict(
         output_dir=str(output_dir),
         max_steps=config.max_steps,
-        per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=config.batch_size,
+        per_device_train_batch_size=1,  # a row is a whole batch
+        per_device_eval_batch_size=1,
+        train_sampling_strategy="sequential",
         max_grad_norm=2.0,
         seed=config.seed,
         logging_steps=max(1, config.max_steps // 50),
@@ -113,19 +160,20 @@ def pretrain(config: PretrainConfig) -> dict:
         report_to=[],
     )
     training.update(config.training)
-    # Masks come from the global RNG, which the Trainer saves with each checkpoint: a resumed run masks the same.
-    collator = SpanMaskingCollator(
+    # Masks are a function of each batch's ids and the seed: a resumed run masks exactly as the first one did.
+    masking = SpanMaskingCollator(
         tokenizer.mask_token_id,
         tokenizer.pad_token_id,
         len(tokenizer),
         num_special_tokens=len(tokenizer.all_special_ids),
+        seed=config.seed,
     )
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**training),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        data_collator=collator,
+        data_collator=BatchRowCollator(masking),
         optimizers=(optimizer, schedule),
     )
     last_checkpoint = get_last_checkpoint(str(output_dir)) if output_dir.exists() else None
