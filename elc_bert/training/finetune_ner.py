@@ -49,6 +49,7 @@ class FinetuneNerConfig:
     freeze_backbone: bool = True  # feature extraction (FE); False fine-tunes everything (FT)
     feature_cache: bool = True  # with a frozen backbone, one backbone pass per sentence
     shots: list[int] = field(default_factory=lambda: [8, 32, 128])
+    shot_unit: str = "per_entity_type"  # N x C training sentences per trial, or "sentences": N (WikiAnn's N = 100)
     trials: int = 3
     epochs: int = 50
     learning_rate: float = 5e-5
@@ -61,6 +62,8 @@ class FinetuneNerConfig:
     def __post_init__(self):
         if self.dataset not in ("conll03", "wikiann"):
             raise ValueError(f"dataset must be 'conll03' or 'wikiann', got {self.dataset!r}")
+        if self.shot_unit not in ("per_entity_type", "sentences"):
+            raise ValueError(f"shot_unit must be 'per_entity_type' or 'sentences', got {self.shot_unit!r}")
         if self.trials < 1 or not self.shots or min(self.shots) < 1:
             raise ValueError(f"trials ({self.trials}) and every value in shots ({self.shots}) must be >= 1")
 
@@ -158,7 +161,8 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
                 results[(shots, trial)] = json.loads(done.read_text())["best_dev_f1"]
                 continue
             seed = config.seed + trial
-            train = encode(few_shot_sample(data["train"], shots, entity_types, seed=seed))
+            classes = entity_types if config.shot_unit == "per_entity_type" else 1
+            train = encode(few_shot_sample(data["train"], shots, classes, seed=seed))
             set_seed(seed)
             model = build_model(config, label_names)
             arguments = dict(
@@ -189,7 +193,15 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
             best = max(curve)
             run_dir.mkdir(parents=True, exist_ok=True)
             done.write_text(
-                json.dumps({"shots": shots, "trial": trial, "best_dev_f1": best, "dev_f1_per_epoch": curve})
+                json.dumps(
+                    {
+                        "shots": shots,
+                        "trial": trial,
+                        "train_sentences": len(train),
+                        "best_dev_f1": best,
+                        "dev_f1_per_epoch": curve,
+                    }
+                )
             )
             results[(shots, trial)] = best
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
@@ -214,7 +226,8 @@ def write_results(config: FinetuneNerConfig, results: dict) -> dict:
     table = [
         f"{config.dataset}, {config.fusion or 'plain'} ({mode}), {config.trials} trials, {config.epochs} epochs",
         "",
-        "| N | best dev F1 (mean +- 95% CI) | per trial |",
+        f"| N ({'sentences per entity type' if config.shot_unit == 'per_entity_type' else 'sentences'}) "
+        "| best dev F1 (mean +- 95% CI) | per trial |",
         "|---|---|---|",
         *rows,
     ]
