@@ -69,5 +69,7 @@ def test_bundled_wikiann_sample_and_shot_units(tmp_path, shot_unit, sentences):
     finetune_ner(config)
     trial = json.loads((tmp_path / "ner" / "n6" / "trial0" / "result.json").read_text())
     assert trial["train_sentences"] == sentences
+    weights = trial["mean_depth_weights"]  # DWAtt over MiniLM's embeddings + 6 layers
+    assert len(weights) == 7 and sum(weights) == pytest.approx(1.0, abs=1e-5) and min(weights) > 0
     with pytest.raises(ValueError, match="shot_unit"):
         FinetuneNerConfig(output_dir="x", model="m", data_dir="d", shot_unit="per_class")

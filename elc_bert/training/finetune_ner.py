@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from seqeval.metrics import f1_score
 from seqeval.scheme import IOB2
 from transformers import (
@@ -46,6 +47,7 @@ class FinetuneNerConfig:
     language: str = "en"  # WikiAnn
     wikiann_layout: str = "rahimi"
     fusion: str | None = "dwatt"
+    fusion_options: dict = field(default_factory=dict)  # further LayerFusionConfig fields, e.g. num_extra_layers: 2
     freeze_backbone: bool = True  # feature extraction (FE); False fine-tunes everything (FT)
     feature_cache: bool = True  # with a frozen backbone, one backbone pass per sentence
     shots: list[int] = field(default_factory=lambda: [8, 32, 128])
@@ -122,11 +124,29 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
             model.base_model.requires_grad_(False)
         return model
     model = LayerFusionForTokenClassification.from_backbone(
-        resolve_model(config.model), fusion=config.fusion, freeze_backbone=config.freeze_backbone, **labels
+        resolve_model(config.model),
+        fusion=config.fusion,
+        freeze_backbone=config.freeze_backbone,
+        **config.fusion_options,
+        **labels,
     )
     if config.freeze_backbone and config.feature_cache:
         model.base_model.enable_feature_cache()
     return model
+
+
+@torch.inference_mode()
+def mean_depth_weights(model, batches) -> list[float]:
+    """DWAtt's weights over the fused states (embeddings, layer 1, ...), averaged over the real tokens of `batches`."""
+    model.eval()
+    total, count = 0.0, 0
+    for batch in batches:
+        input_ids, attention_mask = batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)
+        mask = attention_mask.bool()
+        weights = model.base_model(input_ids=input_ids, attention_mask=attention_mask).depth_weights
+        total = total + weights[mask].float().sum(0)
+        count += int(mask.sum())
+    return (total / count).tolist()
 
 
 def finetune_ner(config: FinetuneNerConfig) -> dict:
@@ -191,6 +211,9 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
             trainer.train()
             curve = [entry["eval_f1"] for entry in trainer.state.log_history if "eval_f1" in entry]
             best = max(curve)
+            extra = {}
+            if config.fusion == "dwatt":
+                extra["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
             run_dir.mkdir(parents=True, exist_ok=True)
             done.write_text(
                 json.dumps(
@@ -200,6 +223,7 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
                         "train_sentences": len(train),
                         "best_dev_f1": best,
                         "dev_f1_per_epoch": curve,
+                        **extra,
                     }
                 )
             )
