@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from elc_bert.training.config import load_config
-from elc_bert.training.pretrain import PretrainConfig, pretrain
+from elc_bert.training.pretrain import PretrainConfig, evenly_spaced, pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
 
@@ -144,3 +144,14 @@ def test_batches_cover_each_epoch_once():
     flat = [i for batch in batches for i in batch]
     assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
     assert batches == schedule_batches(10, 4, 5, seed=3) and batches != schedule_batches(10, 4, 5, seed=4)
+
+
+def test_capped_validation_set_spans_every_file():
+    samples = [("first file", i) for i in range(60)] + [("second file", i) for i in range(40)]
+    chosen = evenly_spaced(samples, 10)
+    assert len(chosen) == 10 and len(set(chosen)) == 10
+    assert {name for name, _ in chosen} == {"first file", "second file"}
+    assert sum(name == "first file" for name, _ in chosen) == 6  # in proportion to the files' sizes
+    assert evenly_spaced(samples[:5], 10) == samples[:5]
+    with pytest.raises(ValueError, match="max_eval_samples"):
+        PretrainConfig(output_dir="x", train_files=["a"], max_eval_samples=0)

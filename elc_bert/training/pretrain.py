@@ -28,6 +28,7 @@ class PretrainConfig:
     output_dir: str
     train_files: list[str]
     validation_files: list[str] = field(default_factory=list)
+    max_eval_samples: int | None = None  # evaluate on this many validation samples, evenly spaced over all files
     data_dir: str = "."
     preset: str = "tiny"
     model: dict = field(default_factory=dict)  # ElcBertConfig overrides, e.g. layer_combination: residual
@@ -54,6 +55,8 @@ class PretrainConfig:
             raise ValueError(f"seq_length must be >= 8, got {self.seq_length}")
         if not self.train_files:
             raise ValueError("train_files is empty")
+        if self.max_eval_samples is not None and self.max_eval_samples < 1:
+            raise ValueError(f"max_eval_samples must be >= 1 or null, got {self.max_eval_samples}")
         if self.long_seq_length is not None:
             if self.long_seq_length <= self.seq_length:
                 raise ValueError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
@@ -74,6 +77,15 @@ def build_samples(files: list[Path], tokenizer, seq_length: int) -> list[list[in
     segments = pack_sentences(tokenized, seq_length - 2)
     samples = [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]
     return samples
+
+
+def evenly_spaced(samples: list, count: int) -> list:
+    """`count` samples spread evenly over the list (all when it is shorter), so that a capped validation set still
+    draws from every source file."""
+    if count >= len(samples):
+        return samples
+    stride = len(samples) / count
+    return [samples[int(i * stride)] for i in range(count)]
 
 
 def batch_rows(samples: list[list[int]], batches: list[list[int]]) -> datasets.Dataset:
@@ -130,6 +142,8 @@ def pretrain(config: PretrainConfig) -> dict:
     eval_dataset = None
     if validation_files:
         samples = build_samples(validation_files, tokenizer, config.seq_length)
+        if config.max_eval_samples is not None:
+            samples = evenly_spaced(samples, config.max_eval_samples)
         starts = range(0, len(samples), config.batch_size)
         eval_dataset = batch_rows(samples, [list(range(i, min(i + config.batch_size, len(samples)))) for i in starts])
     torch.manual_seed(config.seed)
