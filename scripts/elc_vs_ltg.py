@@ -12,9 +12,11 @@ BLiMP and the supplement (`elc-bert eval-blimp`'s scorer), and writes into `resu
 import argparse
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import yaml
 
 matplotlib.use("Agg")
@@ -37,6 +39,9 @@ def shared_tokenizer(base: PretrainConfig, directory: Path) -> Path:
 
 
 def pretrain_all(plan: dict) -> dict[tuple[str, int], Path]:
+    """Pretrains the runs that have no summary yet; returns each run's summary folder. The run folders (checkpoints,
+    models) stay in `runs_dir`; each summary (metrics, alpha, BLiMP scores) is a small folder under
+    `results_dir`/runs, meant to be committed, so that a later session on a fresh clone skips finished runs."""
     base = load_config(PretrainConfig, plan["base"], [])
     runs_dir = Path(plan["runs_dir"])
     tokenizer = shared_tokenizer(base, runs_dir / "tokenizer")
@@ -44,8 +49,9 @@ def pretrain_all(plan: dict) -> dict[tuple[str, int], Path]:
     for seed in plan["seeds"]:
         for name, model_fields in plan["models"].items():
             output_dir = runs_dir / f"{name}-seed{seed}"
-            runs[(name, seed)] = output_dir
-            if (output_dir / "metrics.json").exists():
+            summary_dir = Path(plan["results_dir"]) / "runs" / f"{name}-seed{seed}"
+            runs[(name, seed)] = summary_dir
+            if (summary_dir / "metrics.json").exists():
                 continue
             print(f"\n== pretraining {name}, seed {seed} ==")
             config = dataclasses.replace(
@@ -57,6 +63,11 @@ def pretrain_all(plan: dict) -> dict[tuple[str, int], Path]:
                 training={**base.training, "disable_tqdm": False},
             )
             pretrain(config)
+            summary_dir.mkdir(parents=True, exist_ok=True)
+            model = AutoModelForMaskedLM.from_pretrained(output_dir)
+            if model.config.layer_combination == "elc":
+                (summary_dir / "alpha.json").write_text(json.dumps(model.layer_weights().tolist()))
+            shutil.copy(output_dir / "metrics.json", summary_dir / "metrics.json")
     return runs
 
 
@@ -64,15 +75,16 @@ def score_blimp(plan: dict, runs: dict) -> dict:
     from elc_bert.evaluation.blimp import evaluate_blimp
 
     scores = {}
-    for key, run in runs.items():
-        scores[key] = {}
+    for (name, seed), summary_dir in runs.items():
+        scores[(name, seed)] = {}
         for suite, data in plan["blimp"].items():
-            path = run / f"{suite}.json"
+            path = summary_dir / f"{suite}.json"
             if not path.exists():
+                run = Path(plan["runs_dir"]) / f"{name}-seed{seed}"
                 model = AutoModelForMaskedLM.from_pretrained(run)
                 tokenizer = AutoTokenizer.from_pretrained(run)
-                evaluate_blimp(model, tokenizer, data, run, name=suite)
-            scores[key][suite] = json.loads(path.read_text())
+                evaluate_blimp(model, tokenizer, data, summary_dir, name=suite)
+            scores[(name, seed)][suite] = json.loads(path.read_text())
     return scores
 
 
@@ -128,7 +140,7 @@ def write(plan: dict, runs: dict, scores: dict):
     if elc_runs:
         figure, axes = plt.subplots(1, len(elc_runs), figsize=(4 * len(elc_runs), 3.4), squeeze=False)
         for axis, ((name, seed), run) in zip(axes[0], elc_runs):
-            alpha = AutoModelForMaskedLM.from_pretrained(run).layer_weights().numpy()
+            alpha = np.array(json.loads((run / "alpha.json").read_text()))
             image = axis.imshow(alpha, cmap="viridis", vmin=0, vmax=1)
             axis.set(title=f"{name} seed {seed}", xlabel="source y_j (0 = embeddings)", ylabel="block n")
             axis.set_xticks(range(alpha.shape[1]))
