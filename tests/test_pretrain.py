@@ -1,5 +1,6 @@
 """The pretraining job end to end on the bundled WikiText-2 sample: runs, writes its run directory, resumes."""
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -8,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from elc_bert.training.config import load_config
+from elc_bert.training.config import load_config, save_config
 from elc_bert.training.pretrain import PretrainConfig, evenly_spaced, pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
@@ -155,3 +156,15 @@ def test_capped_validation_set_spans_every_file():
     assert evenly_spaced(samples[:5], 10) == samples[:5]
     with pytest.raises(ValueError, match="max_eval_samples"):
         PretrainConfig(output_dir="x", train_files=["a"], max_eval_samples=0)
+
+
+def test_resuming_with_a_different_config_names_the_fields(tmp_path):
+    config = PretrainConfig(output_dir=str(tmp_path), train_files=["a"], max_steps=10)
+    path = tmp_path / "pretrain_config.yaml"
+    save_config(config, path)
+    save_config(dataclasses.replace(config, max_steps=20), path)  # no checkpoint yet: a fresh start, overwritten
+    (tmp_path / "checkpoint-5").mkdir()
+    save_config(dataclasses.replace(config, max_steps=20), path)  # the config it was started with: resumes
+    expected = r"pretrain_config.yaml.*max_steps: 20 -> 10.*model: \{\} -> \{'layer_combination'"
+    with pytest.raises(ValueError, match=expected):
+        save_config(dataclasses.replace(config, model={"layer_combination": "residual"}), path)

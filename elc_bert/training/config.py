@@ -30,6 +30,22 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
 
 
 def save_config(config, path: str | Path) -> None:
-    """Writes the resolved config beside a run's outputs."""
+    """Writes the resolved config beside a run's outputs. When the folder already holds a Trainer checkpoint (the run
+    will resume), the config must be the one it was started with: a different one raises ValueError naming the
+    fields that differ, instead of resuming a mismatched checkpoint."""
+    path = Path(path)
+    has_checkpoint = any(path.parent.glob("checkpoint-*"))
+    if has_checkpoint and path.exists():
+        with open(path, encoding="utf-8") as handle:
+            saved = yaml.safe_load(handle) or {}
+        current = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(config)))  # the same types as the file's
+        keys = ({*saved, *current}) - {"output_dir"}
+        changed = sorted(key for key in keys if saved.get(key) != current.get(key))
+        if changed:
+            details = "; ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in changed)
+            raise ValueError(
+                f"{path}: the checkpoints in {path.parent} were made with a different config ({details}). "
+                "Resume with the same config, or choose a new output_dir."
+            )
     with open(path, "w", encoding="utf-8") as handle:
         yaml.safe_dump(dataclasses.asdict(config), handle, sort_keys=False)
