@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import datasets
 import pytest
 
 from elc_bert.training.mlm import MlmConfig, mlm, wikitext_splits
@@ -39,4 +40,20 @@ def test_mlm_reports_perplexity_of_the_best_checkpoint(tmp_path, fusion):
 def test_missing_split_is_named(tmp_path):
     (tmp_path / "train.txt").write_text("a b c\n")
     with pytest.raises(FileNotFoundError, match="validation split"):
-        wikitext_splits(tmp_path)
+        wikitext_splits(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        wikitext_splits(str(tmp_path / "absent"))
+
+
+def test_hub_dataset_name_is_loaded_through_datasets(monkeypatch):
+    calls = []
+
+    def load_dataset(name, config_name):
+        calls.append((name, config_name))
+        splits = {"train": [" = Title = ", "a b"], "validation": ["c"], "test": ["d e"]}
+        return datasets.DatasetDict({k: datasets.Dataset.from_dict({"text": v}) for k, v in splits.items()})
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    splits = wikitext_splits("Salesforce/wikitext", "wikitext-2-v1")
+    assert calls == [("Salesforce/wikitext", "wikitext-2-v1")]
+    assert splits == {"train": [" = Title = ", "a b"], "validation": ["c"], "test": ["d e"]}

@@ -31,11 +31,14 @@ from .plots import plot_curves
 @dataclass
 class MlmConfig:
     """`data_dir` holds WikiText-2's train/valid/test files (`train.txt[.gz]`, ...), or is a data root holding
-    `wikitext2/wikitext-2-v1_tokenized/`. `fusion` None fine-tunes `model` itself."""
+    `wikitext2/wikitext-2-v1_tokenized/`, or (online) names a Hub dataset with a `text` column and train /
+    validation / test splits, e.g. "Salesforce/wikitext" with `dataset_config` "wikitext-2-v1". `fusion` None
+    fine-tunes `model` itself."""
 
     output_dir: str
     model: str
     data_dir: str
+    dataset_config: str | None = None  # the Hub dataset's configuration name, when `data_dir` is a Hub name
     fusion: str | None = "dwatt"
     freeze_backbone: bool = False
     block_size: int = 128
@@ -49,23 +52,33 @@ class MlmConfig:
     training: dict = field(default_factory=dict)
 
 
-def wikitext_splits(data_dir: Path) -> dict[str, Path]:
-    nested = data_dir / "wikitext2" / "wikitext-2-v1_tokenized"
-    folder = nested if nested.is_dir() else data_dir
+def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[str, list[str]]:
+    """The train / validation / test lines, from local files or a Hub dataset."""
+    root = Path(data_dir)
+    if not root.exists():
+        if root.is_absolute() or data_dir.startswith(".") or data_dir.count("/") > 1:
+            raise FileNotFoundError(f"data_dir {data_dir}: no such folder (and not a Hub dataset name)")
+        hub = datasets.load_dataset(data_dir, dataset_config)
+        missing = sorted({"train", "validation", "test"} - set(hub))
+        if missing:
+            raise ValueError(f"Hub dataset {data_dir} ({dataset_config}): missing splits {missing}, has {list(hub)}")
+        return {split: hub[split]["text"] for split in ("train", "validation", "test")}
+    nested = root / "wikitext2" / "wikitext-2-v1_tokenized"
+    folder = nested if nested.is_dir() else root
     splits = {}
     for split, name in (("train", "train.txt"), ("validation", "valid.txt"), ("test", "test.txt")):
         candidates = [folder / name, folder / (name + ".gz")]
         found = [path for path in candidates if path.is_file()]
         if not found:
             raise FileNotFoundError(f"{folder}: missing the {split} split ({name} or {name}.gz)")
-        splits[split] = found[0]
+        splits[split] = read_lines(found[0])
     return splits
 
 
-def blocks(path: Path, tokenizer, block_size: int, limit: int | None) -> datasets.Dataset:
-    """The file's non-empty lines, tokenized and cut into blocks of `block_size` tokens, each between the
-    tokenizer's sequence start and end tokens ([CLS]/[SEP], <s>/</s>)."""
-    lines = [line.strip() for line in read_lines(path) if line.strip()]
+def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> datasets.Dataset:
+    """The non-empty lines, tokenized and cut into blocks of `block_size` tokens, each between the tokenizer's
+    sequence start and end tokens ([CLS]/[SEP], <s>/</s>)."""
+    lines = [line.strip() for line in lines if line.strip()]
     body = block_size - 2
     needed = None if limit is None else limit * body
     ids = []
@@ -89,7 +102,7 @@ def mlm(config: MlmConfig) -> dict:
     save_config(config, output_dir / "mlm_config.yaml")
     model_path = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    splits = wikitext_splits(Path(config.data_dir))
+    splits = wikitext_splits(config.data_dir, config.dataset_config)
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
     test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
