@@ -1,0 +1,227 @@
+"""`elc-bert export RUN_OR_MODEL_DIR OUT_DIR`: a Hub-ready folder that loads with or without this package.
+
+The folder holds `config.json` with an `auto_map`, the remote code generated from the package's own source
+(`remote_code.py`), the weights as `model.safetensors`, the tokenizer and a model card (README.md, `model_card.py`).
+Users who `pip install elc_bert` load it through the Auto classes after `import elc_bert` (the package's classes win
+over the remote code then); users who only have `transformers` load it with `trust_remote_code=True`.
+"""
+
+import importlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+from elc_bert.models import _AUTO_CLASSES
+
+from .remote_code import flat_name, remote_code_files
+
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
+RUN_FILES = ("metrics.json", "results.json", "pretrain_config.yaml", "finetune_ner_config.yaml", "mlm_config.yaml")
+
+
+def has_model(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any((folder / name).is_file() for name in WEIGHT_FILES)
+
+
+def _checkpoint_step(path: Path) -> int:
+    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
+    return int(match.group(1)) if match else -1
+
+
+def find_model_dir(source: Path) -> Path:
+    """The model folder of `source`: the folder itself when it holds config.json and weights (a model folder, or a
+    pretraining run, which saves its final model at the top), else the run's best checkpoint as its last
+    `trainer_state.json` names it (`elc-bert mlm` keeps the best-validation one), else its last checkpoint."""
+    if has_model(source):
+        return source
+    checkpoints = sorted((p for p in source.glob("checkpoint-*") if has_model(p)), key=_checkpoint_step)
+    if not checkpoints:
+        raise FileNotFoundError(
+            f"{source}: no model here (config.json with {' or '.join(WEIGHT_FILES[::2])}) and no checkpoint-*/ "
+            "folder holding one. `elc-bert finetune-ner` keeps no trial models: export a saved model folder and "
+            "pass the run as --run-dir for its metrics."
+        )
+    state_file = checkpoints[-1] / "trainer_state.json"
+    if state_file.is_file():
+        best = json.loads(state_file.read_text(encoding="utf-8")).get("best_model_checkpoint")
+        if best and has_model(source / Path(best).name):
+            return source / Path(best).name
+    return checkpoints[-1]
+
+
+def model_class_of(model_dir: Path):
+    """The package class named by the folder's config.json (`architectures`)."""
+    config_file = model_dir / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    if config.get("model_type") == "ltgbert":
+        raise ValueError(
+            f"{config_file}: a published reference checkpoint (model_type 'ltgbert'); run `elc-bert convert` first"
+        )
+    known = {cls.__name__: cls for family in _AUTO_CLASSES.values() for cls in family.values()}
+    names = config.get("architectures") or []
+    if len(names) != 1 or names[0] not in known:
+        raise ValueError(f"{config_file}: architectures must name one of {sorted(known)}, got {names}")
+    return known[names[0]]
+
+
+def family_of(model_class):
+    """(config class, {auto class: model class}) of the family `model_class` belongs to."""
+    for config_class, family in _AUTO_CLASSES.items():
+        if model_class in family.values():
+            return config_class, family
+    raise ValueError(f"{model_class.__name__} is not one of the package's Auto-registered models")
+
+
+def auto_map(config_class, family: dict) -> dict:
+    """config.json's `auto_map`: Auto class name -> `file.Class` of the remote code.
+
+    `AutoConfig` points into the modeling file (which imports the config class): `transformers` puts each entry
+    file of a local folder into its own dynamic module, so a config class read from the configuration file would
+    be another class than the one the modeling file sees, and a layer-fusion model's backbone config would then miss
+    the Auto registrations made next to the models."""
+    modeling_module = importlib.import_module(next(iter(family.values())).__module__)
+    if getattr(modeling_module, config_class.__name__, None) is not config_class:
+        raise ValueError(f"{modeling_module.__name__} must import {config_class.__name__} at module level")
+    entries = {"AutoConfig": f"{flat_name(modeling_module.__name__)}.{config_class.__name__}"}
+    for auto_class, model_class in family.items():
+        entries[auto_class.__name__] = f"{flat_name(model_class.__module__)}.{model_class.__name__}"
+    return entries
+
+
+def _registration(config_class, family: dict) -> tuple[str, str]:
+    """Code appended to the exported family's config and modeling files so that another family shipped in the
+    folder (a layer-fusion model's ELC-BERT backbone) resolves through the Auto classes without the package:
+    `LayerFusionConfig` parses its `backbone_config` through `AutoConfig`, and `LayerFusionModel` builds the
+    backbone with `AutoModel` / `AutoModelForMaskedLM`."""
+    config_file, config_name = flat_name(config_class.__module__), config_class.__name__
+    why = (
+        f"# Added by `elc-bert export`: a backbone of model_type {config_class.model_type!r} resolves through the "
+        f"{config_name} shipped next to this file.\n"
+    )
+    config_code = (
+        f"\n\n{why}"
+        "from transformers import AutoConfig as _AutoConfig  # noqa: E402\n\n"
+        f"from .{config_file} import {config_name} as _{config_name}  # noqa: E402\n\n"
+        f"_AutoConfig.register(_{config_name}.model_type, _{config_name}, exist_ok=True)\n"
+    )
+    imports = "".join(
+        f"from .{flat_name(model_class.__module__)} import {model_class.__name__} as _{model_class.__name__}"
+        "  # noqa: E402\n"
+        for model_class in family.values()
+    )
+    pairs = "".join(f"    ({auto_class.__name__!r}, _{cls.__name__}),\n" for auto_class, cls in family.items())
+    modeling_code = (
+        f"\n\n{why}"
+        "import transformers as _transformers  # noqa: E402\n\n"
+        f"from .{config_file} import {config_name} as _{config_name}  # noqa: E402\n"
+        f"{imports}\n"
+        f"for _auto_name, _model_class in [\n{pairs}]:\n"
+        f"    getattr(_transformers, _auto_name).register(_{config_name}, _model_class, exist_ok=True)\n"
+    )
+    return config_code, modeling_code
+
+
+def write_remote_code(model_class, out_dir: Path) -> dict:
+    """Writes the remote-code files of `model_class`'s family into `out_dir`; returns the config's `auto_map`."""
+    config_class, family = family_of(model_class)
+    modeling_module = model_class.__module__
+    files = remote_code_files([config_class.__module__, modeling_module])
+    own_config, own_modeling = f"{flat_name(config_class.__module__)}.py", f"{flat_name(modeling_module)}.py"
+    for other_config, other_family in _AUTO_CLASSES.items():
+        shipped = {flat_name(other_config.__module__), *(flat_name(c.__module__) for c in other_family.values())}
+        if other_config is config_class or not all(f"{name}.py" in files for name in shipped):
+            continue
+        config_code, modeling_code = _registration(other_config, other_family)
+        files[own_config] += config_code
+        files[own_modeling] += modeling_code
+    for name, source in files.items():
+        (out_dir / name).write_text(source, encoding="utf-8")
+    return auto_map(config_class, family)
+
+
+def find_tokenizer(candidates: list[Path | str | None]) -> str:
+    """The first candidate that is a tokenizer folder (or its `tokenizer/` subfolder); a non-folder string is taken
+    as a Hub name."""
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        if not Path(candidate).is_dir():
+            if isinstance(candidate, str):
+                return candidate
+            continue
+        for folder in (Path(candidate), Path(candidate) / "tokenizer"):
+            if any((folder / name).is_file() for name in TOKENIZER_FILES):
+                return str(folder)
+    searched = [str(c) for c in candidates if c is not None]
+    raise FileNotFoundError(f"no tokenizer in {searched} (or their tokenizer/ subfolders): pass --tokenizer")
+
+
+def export(
+    source: str | Path,
+    out_dir: str | Path,
+    *,
+    run_dir: str | Path | None = None,
+    tokenizer: str | Path | None = None,
+    repo_id: str | None = None,
+    license: str = "apache-2.0",
+    templates_dir: str | Path | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Writes the Hub-ready folder of the model in `source` (a model folder or a run directory) to `out_dir`.
+
+    `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card; `tokenizer` is used
+    when neither the model folder nor the run holds one; `repo_id` (USER/NAME) goes into the card's snippets.
+    """
+    from transformers import AutoTokenizer
+
+    from .model_card import write_model_card
+
+    source, out_dir = Path(source), Path(out_dir)
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source} is not a folder")
+    model_dir = find_model_dir(source)
+    if run_dir is None and any((source / name).is_file() for name in RUN_FILES):
+        run_dir = source
+    run_dir = Path(run_dir) if run_dir is not None else None
+    if out_dir.exists() and any(out_dir.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    model_class = model_class_of(model_dir)
+    model, info = model_class.from_pretrained(model_dir, output_loading_info=True)
+    if info["missing_keys"] or info["mismatched_keys"]:
+        raise ValueError(
+            f"{model_dir}: the weights do not fill {model_class.__name__} (missing {info['missing_keys']}, "
+            f"mismatched {info['mismatched_keys']}); exporting would publish random weights"
+        )
+    model.eval()
+    model.save_pretrained(out_dir)  # safetensors
+    config_file = out_dir / "config.json"
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["auto_map"] = write_remote_code(model_class, out_dir)
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    tokenizer_source = find_tokenizer([tokenizer, model_dir, source, run_dir])
+    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(out_dir)
+    write_model_card(
+        out_dir,
+        model,
+        run_dir=run_dir,
+        repo_id=repo_id,
+        license=license,
+        templates_dir=templates_dir,
+        source=model_dir,
+    )
+    return out_dir
+
+
+__all__ = ["export", "find_model_dir", "write_remote_code", "auto_map"]

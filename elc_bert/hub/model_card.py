@@ -1,0 +1,469 @@
+"""The README.md (model card) of an exported folder, from the templates in `model_cards/` and a run directory.
+
+Only what the run measured is written: the metrics come from the run's own files (`metrics.json` of `elc-bert
+pretrain` and `elc-bert mlm`, `results.json` of `elc-bert finetune-ner`), nothing is derived or filled in. Without a
+run directory the card has no results and says so.
+"""
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+from string import Template
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+import yaml  # noqa: E402
+
+import elc_bert  # noqa: E402
+from elc_bert.models import ElcBertModel, LayerFusionModel  # noqa: E402
+
+TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "model_cards"
+
+# Hub dataset ids of the corpora the jobs read, by the data folder's name (see ../shared/data/README.md).
+HUB_DATASETS = {
+    "wikitext2": ("Salesforce/wikitext", "WikiText-2", "wikitext-2-v1"),
+    "conll2003": ("eriktks/conll2003", "CoNLL-2003", None),
+    "wikiann": ("unimelb-nlp/wikiann", "WikiAnn", None),
+}
+BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
+
+PIPELINE_TAGS = {
+    "ForMaskedLM": ("fill-mask", "Masked language modelling"),
+    "ForTokenClassification": ("token-classification", "Token classification"),
+    "ForSequenceClassification": ("text-classification", "Text classification"),
+    "ForMultipleChoice": ("multiple-choice", "Multiple choice"),
+    "ForQuestionAnswering": ("question-answering", "Question answering"),
+}
+EXAMPLES = {
+    "AutoModelForMaskedLM": (
+        '\ninputs = tokenizer(f"The child played with the {tokenizer.mask_token} .", return_tensors="pt")\n'
+        "logits = model(**inputs).logits  # B x T x V\n"
+        "position = (inputs.input_ids[0] == tokenizer.mask_token_id).nonzero()[0, 0]\n"
+        "print(tokenizer.decode(logits[0, position].argmax()))"
+    ),
+    "AutoModelForTokenClassification": (
+        '\ninputs = tokenizer("John lives in Oslo .", return_tensors="pt")\n'
+        "predicted = model(**inputs).logits.argmax(-1)[0]  # one label per token\n"
+        "print([model.config.id2label[int(i)] for i in predicted])"
+    ),
+    "AutoModelForSequenceClassification": (
+        '\ninputs = tokenizer("A short sentence .", return_tensors="pt")\n'
+        "print(model.config.id2label[int(model(**inputs).logits.argmax(-1))])"
+    ),
+    "AutoModel": (
+        '\ninputs = tokenizer("A short sentence .", return_tensors="pt")\n'
+        "states = model(**inputs).last_hidden_state  # B x T x D"
+    ),
+}
+FUSIONS = {
+    "dwatt": (
+        "DWAtt (depth-wise attention)",
+        "Each token attends over the depth of the backbone: a query from z_L scores fixed random depth embeddings, "
+        "and the weighted sum of per-layer value MLPs is added to z_L.",
+    ),
+    "concat": ("Concat", "One linear map of the concatenated states of all layers."),
+    "average": ("Average", "The mean of the states of all layers."),
+    "last": ("Last", "The backbone's last layer alone (the plain baseline)."),
+    "extra_layers": ("Base+n", "Extra freshly initialised layers of the backbone's own kind on top of z_L."),
+}
+
+
+def _template(templates_dir: Path, name: str) -> Template:
+    path = templates_dir / name
+    if not path.is_file():
+        raise FileNotFoundError(f"model card template {path} is missing (templates_dir={templates_dir})")
+    return Template(path.read_text(encoding="utf-8"))
+
+
+def _fill(templates_dir: Path, name: str, **values) -> str:
+    try:
+        return _template(templates_dir, name).substitute(**values).strip()
+    except KeyError as error:
+        raise KeyError(f"{templates_dir / name}: no value for ${error.args[0]}") from None
+
+
+def _read_yaml(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.is_file() else {}
+
+
+def read_run(run_dir: Path | None) -> dict:
+    """The run's kind, resolved config and measured metrics, from the files its job wrote."""
+    if run_dir is None:
+        return {"kind": None, "config": {}, "metrics": {}}
+    run_dir = Path(run_dir)
+    for kind, config_name in (("pretrain", "pretrain_config.yaml"), ("mlm", "mlm_config.yaml")):
+        if (run_dir / config_name).is_file():
+            metrics_file = run_dir / "metrics.json"
+            metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
+            return {"kind": kind, "config": _read_yaml(run_dir / config_name), "metrics": metrics, "dir": run_dir}
+    if (run_dir / "finetune_ner_config.yaml").is_file():
+        results_file = run_dir / "results.json"
+        results = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
+        config = _read_yaml(run_dir / "finetune_ner_config.yaml")
+        return {"kind": "finetune-ner", "config": config, "metrics": results, "dir": run_dir}
+    raise FileNotFoundError(
+        f"{run_dir}: not a run directory (no pretrain_config.yaml, mlm_config.yaml or finetune_ner_config.yaml)"
+    )
+
+
+def _dataset(path: str) -> tuple[str, str, str | None]:
+    """(Hub type, name, config) of a data path such as `wikitext2/...` or `babylm/2023/dev`."""
+    top = Path(path).parts[0] if Path(path).parts else path
+    if top in HUB_DATASETS:
+        return HUB_DATASETS[top]
+    return path, path, None
+
+
+def _result(task: tuple[str, str], dataset: tuple[str, str, str | None], split: str, metrics: list) -> dict:
+    hub_type, name, config = dataset
+    entry = {"name": name, "type": hub_type, "split": split}
+    if config:
+        entry["config"] = config
+    return {
+        "task": {"type": task[0], "name": task[1]},
+        "dataset": entry,
+        "metrics": [{"type": kind, "value": value, "name": label} for kind, label, value in metrics],
+    }
+
+
+def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list[str]]:
+    """The model-index results and the Markdown table rows of what the run measured (and nothing else)."""
+    kind, config, metrics = run["kind"], run["config"], run["metrics"]
+    results, rows = [], []
+    if kind == "pretrain":
+        if "eval_loss" in metrics:
+            validation = ", ".join(config.get("validation_files", [])) or "validation files"
+            dataset = (
+                _dataset(config["validation_files"][0])
+                if len(config.get("validation_files", [])) == 1
+                else (validation, validation, None)
+            )
+            results.append(
+                _result(
+                    ("fill-mask", "Masked language modelling"),
+                    dataset,
+                    "validation",
+                    [("loss", "validation MLM loss", metrics["eval_loss"])],
+                )
+            )
+            rows.append(f"| validation MLM loss ({validation}) | {metrics['eval_loss']:.4f} |")
+        if "train_loss" in metrics:
+            rows.append(f"| training MLM loss, mean over the run | {metrics['train_loss']:.4f} |")
+    elif kind == "mlm":
+        dataset = HUB_DATASETS["wikitext2"]
+        for split in ("validation", "test"):
+            pairs = [
+                (metric, f"{split} MLM {metric}", metrics[f"{split}_{metric}"])
+                for metric in ("loss", "perplexity")
+                if f"{split}_{metric}" in metrics
+            ]
+            if pairs:
+                results.append(_result(("fill-mask", "Masked language modelling"), dataset, split, pairs))
+                rows.extend(f"| WikiText-2 {label} | {value:.4f} |" for _, label, value in pairs)
+    elif kind == "finetune-ner":
+        data = config.get("dataset", "conll03")
+        dataset = HUB_DATASETS["conll2003" if data == "conll03" else "wikiann"]
+        if data == "wikiann":
+            dataset = (dataset[0], f"{dataset[1]} ({config.get('language', 'en')})", config.get("language", "en"))
+        unit = (
+            "sentences per entity type"
+            if config.get("shot_unit", "per_entity_type") == "per_entity_type"
+            else ("sentences")
+        )
+        for key, value in metrics.items():
+            if not (key.startswith("n") and key[1:].isdigit() and isinstance(value, dict) and "mean" in value):
+                continue
+            trials = len(value.get("best_dev_f1", []))
+            label = f"best dev micro-F1, N={key[1:]} {unit}, mean of {trials} trials"
+            results.append(_result(task, dataset, "validation", [("f1", label, value["mean"])]))
+            per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get("best_dev_f1", []))
+            rows.append(f"| {label} | {100 * value['mean']:.1f} +- {100 * value['ci95']:.1f} ({per_trial}) |")
+    return results, rows
+
+
+def _stand_in_note(config: dict) -> str:
+    """Says plainly whether the pretraining files were the BabyLM 2023 strict-small corpus or a stand-in."""
+    files = config.get("train_files", [])
+    data_dir = Path(config.get("data_dir", "."))
+    babylm = [f for f in files if Path(f).parts[:1] == ("babylm",)]
+    others = [f for f in files if f not in babylm]
+    sources = []
+    for entry in babylm:
+        folder = data_dir / entry
+        if not folder.exists():
+            return (
+                f"The training files ({', '.join(files)} under `{data_dir}`) could not be found when this card was "
+                "written, so the card cannot tell whether they were the full BabyLM 2023 corpus."
+            )
+        sources += sorted(p.name.split(".")[0] for p in folder.iterdir()) if folder.is_dir() else [folder.name]
+    if babylm and not others and len(sources) >= BABYLM_SOURCES:
+        return f"Trained on the BabyLM 2023 corpus files {', '.join(babylm)}."
+    parts = []
+    if babylm:
+        parts.append(f"{len(sources)} of the {BABYLM_SOURCES} BabyLM 2023 strict-small sources ({', '.join(sources)})")
+    parts += [f"`{f}`" for f in others]
+    return (
+        "**Stand-in corpus, not BabyLM.** This model was not trained on the BabyLM 2023 strict-small corpus that "
+        f"ELC-BERT was designed for, but on a local stand-in: {' plus '.join(parts)}. Its numbers are not comparable "
+        "with published BabyLM results."
+    )
+
+
+def _training_text(run: dict, model_dir: str) -> str:
+    kind, config = run["kind"], run["config"]
+    if kind is None:
+        return "No run directory was given to the export, so this card records no training details and no results."
+    if kind == "pretrain":
+        return (
+            f"Pretrained from scratch with `elc-bert pretrain` (run `{run['dir']}`): preset `{config.get('preset')}`, "
+            f"{config.get('max_steps')} steps of batch {config.get('batch_size')} x {config.get('seq_length')} "
+            f"tokens, optimizer {config.get('optimizer')}, peak learning rate {config.get('learning_rate')}, seed "
+            f"{config.get('seed')}; training files {', '.join(config.get('train_files', []))}.\n\n"
+            + _stand_in_note(config)
+        )
+    if kind == "mlm":
+        how = "plain" if config.get("fusion") is None else f"through a {config.get('fusion')} fusion head"
+        return (
+            f"Masked-LM fine-tuning of `{config.get('model')}` ({how}) on WikiText-2 with `elc-bert mlm` (run "
+            f"`{run['dir']}`): {config.get('epochs')} epochs, learning rate {config.get('learning_rate')}, blocks of "
+            f"{config.get('block_size')} tokens, seed {config.get('seed')}; the checkpoint with the best validation "
+            "loss is the one exported."
+        )
+    mode = "backbone frozen (feature extraction)" if config.get("freeze_backbone") else "all weights trained"
+    text = (
+        f"Few-shot NER on {config.get('dataset')} with `elc-bert finetune-ner` (run `{run['dir']}`): backbone "
+        f"`{config.get('model')}`, fusion {config.get('fusion')}, {mode}; N in {config.get('shots')}, "
+        f"{config.get('trials')} trials each, {config.get('epochs')} epochs, learning rate "
+        f"{config.get('learning_rate')}; each trial keeps its best dev-set epoch."
+    )
+    return text + (
+        f"\n\nThe weights exported here come from `{model_dir}`: `elc-bert finetune-ner` keeps none of its trial "
+        "models, so the results below describe the run's trials (same setup), not these exact weights."
+    )
+
+
+def _alpha_heatmap(backbone: ElcBertModel, path: Path) -> None:
+    alpha = backbone.layer_weights().numpy()  # L x (L+1)
+    layers = alpha.shape[0]
+    figure, axes = plt.subplots(figsize=(1.2 + 0.45 * (layers + 1), 1.0 + 0.4 * layers))
+    image = axes.imshow(alpha, cmap="viridis", vmin=0.0, vmax=1.0)
+    axes.set_xticks(range(layers + 1), ["emb"] + [str(i) for i in range(1, layers + 1)])
+    axes.set_yticks(range(layers), [str(i) for i in range(1, layers + 1)])
+    axes.set_xlabel("source: embedding output y_0, block outputs y_1..")
+    axes.set_ylabel("block n")
+    axes.set_title("ELC layer weights alpha")
+    if layers <= 12:
+        for row in range(layers):
+            for column in range(row + 1):
+                axes.text(column, row, f"{alpha[row, column]:.2f}", ha="center", va="center", fontsize=7, color="w")
+    figure.colorbar(image, ax=axes)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def _depth_profile(run_dir: Path, path: Path) -> bool:
+    """DWAtt's mean depth weights per N (mean over the run's trials), when the run recorded them."""
+    profiles = {}
+    for result_file in sorted(run_dir.glob("n*/trial*/result.json")):
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+        if "mean_depth_weights" in result:
+            profiles.setdefault(result["shots"], []).append(result["mean_depth_weights"])
+    if not profiles:
+        return False
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for shots, weights in sorted(profiles.items()):
+        mean = [statistics.fmean(column) for column in zip(*weights)]
+        axes.plot(range(len(mean)), mean, marker="o", label=f"N={shots} ({len(weights)} trials)")
+    axes.set_xlabel("fused state (0 = embeddings)")
+    axes.set_ylabel("mean DWAtt weight")
+    axes.set_title("DWAtt depth profile (dev tokens)")
+    axes.grid(alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def _figures(model, run: dict, out_dir: Path) -> str:
+    figures = []
+    base = model.base_model
+    backbone = base.backbone if isinstance(base, LayerFusionModel) else base
+    if isinstance(backbone, ElcBertModel) and backbone.encoder.elc:
+        _alpha_heatmap(backbone, out_dir / "alpha.png")
+        figures.append(
+            (
+                "alpha.png",
+                "ELC layer weights: row n is softmax(theta^(n)), how much block n reads of each earlier state.",
+            )
+        )
+    run_dir = run.get("dir")
+    if run_dir is not None and run["kind"] == "finetune-ner" and _depth_profile(run_dir, out_dir / "depth_profile.png"):
+        figures.append(("depth_profile.png", "DWAtt depth profile: mean weight of each fused state over dev tokens."))
+    copies = {
+        "loss.png": "Training (and validation) MLM loss of the run.",
+        "eval_loss.png": "Validation MLM loss per epoch.",
+        "f1_vs_n.png": "Mean best dev F1 against N.",
+    }
+    for name, caption in copies.items():
+        if run_dir is not None and (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, out_dir / f"run_{name}")
+            figures.append((f"run_{name}", caption))
+    if not figures:
+        return ""
+    return "\n\n".join(f"![{caption}]({name})\n\n*{caption}*" for name, caption in figures)
+
+
+def _architecture(model, templates_dir: Path, num_parameters: str) -> str:
+    config, model_class = model.config, type(model).__name__
+    if isinstance(model.base_model, LayerFusionModel):
+        backbone = config.backbone_config
+        name, description = FUSIONS[config.fusion]
+        return _fill(
+            templates_dir,
+            "architecture_layer_fusion.md",
+            backbone_type=backbone.model_type,
+            backbone_layers=backbone.num_hidden_layers,
+            backbone_hidden=backbone.hidden_size,
+            fusion_name=name,
+            fusion_description=description,
+            backbone_training="frozen" if config.freeze_backbone else "trainable",
+            model_class=model_class,
+            num_parameters=num_parameters,
+        )
+    template = "architecture_elc_bert.md" if config.layer_combination == "elc" else "architecture_ltg_bert.md"
+    fields = (
+        "position_bucket_size",
+        "elc_variant",
+        "num_hidden_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "intermediate_size",
+        "vocab_size",
+    )
+    return _fill(
+        templates_dir,
+        template,
+        model_class=model_class,
+        num_parameters=num_parameters,
+        **{field: getattr(config, field) for field in fields},
+    )
+
+
+def _auto_class_name(model) -> str:
+    from elc_bert.models import _AUTO_CLASSES
+
+    for family in _AUTO_CLASSES.values():
+        for auto_class, model_class in family.items():
+            if model_class is type(model):
+                return auto_class.__name__
+    raise ValueError(f"{type(model).__name__} has no Auto class")
+
+
+def render_model_card(
+    model,
+    *,
+    run_dir=None,
+    repo_id=None,
+    license="apache-2.0",
+    templates_dir=None,
+    out_dir: Path,
+    source="",
+) -> str:
+    """The README.md text; writes the card's images into `out_dir`."""
+    templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
+    run = read_run(Path(run_dir) if run_dir is not None else None)
+    class_name = type(model).__name__
+    suffix = next((s for s in PIPELINE_TAGS if class_name.endswith(s)), None)
+    pipeline_tag, task_name = PIPELINE_TAGS.get(suffix, ("feature-extraction", "Feature extraction"))
+    results, rows = measured_results(run, (pipeline_tag, task_name))
+    title = repo_id.split("/")[-1] if repo_id else out_dir.name
+    count = sum(p.numel() for p in model.parameters())
+    num_parameters = f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
+
+    is_fusion = isinstance(model.base_model, LayerFusionModel)
+    tags = ["layer-fusion", model.config.fusion] if is_fusion else ["elc-bert", "ltg-bert"]
+    if is_fusion and model.config.backbone_config.model_type == "elc_bert":
+        tags.append("elc-bert")
+    tags += [pipeline_tag, "custom_code"]
+    datasets = []
+    for path in (
+        run["config"].get("train_files", [])
+        + [{"conll03": "conll2003", "wikiann": "wikiann"}.get(run["config"].get("dataset"), "")]
+        + (["wikitext2"] if run["kind"] == "mlm" else [])
+    ):
+        hub = HUB_DATASETS.get(Path(path).parts[0] if path else "")
+        if hub and hub[0] not in datasets:
+            datasets.append(hub[0])
+    metadata = {"license": license, "language": ["en"], "library_name": "transformers", "pipeline_tag": pipeline_tag}
+    metadata["tags"] = tags
+    if datasets:
+        metadata["datasets"] = datasets
+    if results:
+        metadata["model-index"] = [{"name": title, "results": results}]
+
+    results_text = (
+        "| metric | value |\n|---|---|\n" + "\n".join(rows)
+        if rows
+        else "No evaluation results: the export was given no run that measured any."
+    )
+    if rows:
+        results_text = f"Measured by the run in `{run['dir']}`:\n\n" + results_text
+    auto_class = _auto_class_name(model)
+    usage = _fill(
+        templates_dir,
+        "usage.md",
+        auto_class=auto_class,
+        repo_id=repo_id or "USER/NAME",
+        example=EXAMPLES.get(auto_class, ""),
+    )
+    size_note = f"Small: {num_parameters} parameters"
+    if run["kind"] == "pretrain":
+        size_note += f", pretrained for {run['config'].get('max_steps')} optimizer steps"
+    size_note += "; treat it as a research artefact, not a general-purpose language model."
+    extra = []
+    if run["kind"] == "finetune-ner":
+        extra.append(
+            "- The NER F1 scores are each trial's best dev-set epoch: model selection on the dev set makes them "
+            "optimistic; no test-set score was measured."
+        )
+    if is_fusion and model.config.freeze_backbone:
+        extra.append("- The backbone is frozen: only the fusion module and the head were trained.")
+    limitations = _fill(templates_dir, "limitations.md", size_note=size_note, extra_limitations="\n".join(extra))
+    code_files = ", ".join(sorted(p.name for p in out_dir.glob("*.py")))
+    summary = f"{task_name} model ({class_name}, {num_parameters} parameters) built with the `elc_bert` package."
+    return (
+        _fill(
+            templates_dir,
+            "model_card.md",
+            metadata=yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).strip(),
+            title=title,
+            summary=summary,
+            architecture=_architecture(model, templates_dir, num_parameters),
+            training=_training_text(run, str(source)),
+            results=results_text,
+            figures=_figures(model, run, out_dir),
+            usage=usage,
+            limitations=limitations,
+            package_version=elc_bert.__version__,
+            transformers_version=transformers.__version__,
+            source=source,
+            code_files=code_files,
+        )
+        + "\n"
+    )
+
+
+@torch.no_grad()
+def write_model_card(out_dir: Path, model, **kwargs) -> Path:
+    """Writes README.md (and its images) into `out_dir`; keyword arguments as for `render_model_card`."""
+    out_dir = Path(out_dir)
+    path = out_dir / "README.md"
+    path.write_text(render_model_card(model, out_dir=out_dir, **kwargs), encoding="utf-8")
+    return path
