@@ -18,6 +18,15 @@ def main(argv=None):
     mlm_parser = commands.add_parser("mlm", help="MLM fine-tuning and perplexity on WikiText-2 from a YAML config")
     mlm_parser.add_argument("config", help="YAML file (see configs/mlm/)")
     mlm_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    blimp_parser = commands.add_parser("eval-blimp", help="zero-shot BLiMP-style minimal pairs (PLL or causal LL)")
+    blimp_parser.add_argument("model", help="a local model folder (e.g. a pretrain run dir) or a Hub name")
+    blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
+    blimp_parser.add_argument("--out", help="output folder (default: MODEL/eval for a local model)")
+    blimp_parser.add_argument("--name", help="report name: NAME.json/.md/.png (default: the data folder's name)")
+    blimp_parser.add_argument("--batch-tokens", type=int, help="token budget of one forward pass (rows x length)")
+    blimp_parser.add_argument("--max-pairs-per-set", type=int, help="score only the first N pairs of each set")
+    blimp_parser.add_argument("--causal", action="store_true", help="force the causal (left-to-right) scorer")
+    blimp_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
     args = parser.parse_args(argv)
 
     if args.command == "pretrain":
@@ -33,6 +42,10 @@ def main(argv=None):
         from .training.mlm import MlmConfig, mlm
 
         print(json.dumps(mlm(load_config(MlmConfig, args.config, args.overrides)), indent=2))
+    elif args.command == "eval-blimp":
+        from .evaluation.blimp import eval_blimp_cli
+
+        eval_blimp_cli(args)
 
 
 if __name__ == "__main__":

