@@ -125,7 +125,12 @@ def test_pll_matches_naive_loop_bert_with_real_wordpiece(real_sentences):
     )
     model = BertForMaskedLM(config).eval()
     sentences = real_sentences[:12]
+    # The vocabulary projection should only see the masked positions (B x 1 x H), not B x T x H.
+    seen = []
+    handle = model.get_output_embeddings().register_forward_hook(lambda m, a, out: seen.append(out.shape[1]))
     batched = pseudo_log_likelihoods(model, tokenizer, sentences, batch_tokens=128, progress=False)
+    handle.remove()
+    assert seen and set(seen) == {1}
     assert_scores_close(batched, [naive_pll(model, tokenizer, s) for s in sentences])
 
 

@@ -145,6 +145,42 @@ def _restricts_logits(model) -> bool:
     return type(model).__module__.startswith("elc_bert.")
 
 
+class _MaskedPositionsOnly:
+    """For other masked LMs: a forward pre-hook on the output projection (`get_output_embeddings()`, a Linear) keeps
+    each row's masked position only, so the vocabulary projection runs on B x 1 x H instead of B x T x H (with a 30k
+    vocabulary it would otherwise cost as much as the encoder) and the logits are B x 1 x V. `fired` tells whether
+    the hook ran on the last call; when it did not (no such Linear), the full B x T x V logits come back."""
+
+    def __init__(self, model):
+        get_output, get_input = (
+            getattr(model, "get_output_embeddings", None),
+            getattr(model, "get_input_embeddings", None),
+        )
+        projection = get_output() if callable(get_output) else None
+        embeddings = get_input() if callable(get_input) else None
+        self.module = projection if isinstance(projection, torch.nn.Linear) and projection is not embeddings else None
+        self.rows = self.positions = self.shape = None
+        self.fired = False
+
+    def select(self, rows: torch.Tensor, positions: torch.Tensor, shape: tuple[int, int]):
+        self.rows, self.positions, self.shape, self.fired = rows, positions, shape, False
+
+    def _hook(self, module, args):
+        hidden = args[0]
+        if self.rows is None or hidden.dim() != 3 or tuple(hidden.shape[:2]) != self.shape:
+            return None
+        self.fired = True
+        return (hidden[self.rows, self.positions][:, None, :], *args[1:])
+
+    def __enter__(self):
+        self.handle = self.module.register_forward_pre_hook(self._hook) if self.module is not None else None
+        return self
+
+    def __exit__(self, *exc):
+        if self.handle is not None:
+            self.handle.remove()
+
+
 def _logits(output) -> torch.Tensor:
     return output.logits if hasattr(output, "logits") else output[0]
 
@@ -175,7 +211,8 @@ def pseudo_log_likelihoods(
     token masked)), in nats, one float per input sentence. Duplicate sentences are scored once.
 
     `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V; our own masked LMs get `labels` too
-    and return N x V logits for the masked positions only. Runs on the model's device; log-softmax in float32."""
+    and return N x V logits for the masked positions only, and for others a hook on the output projection does the
+    same (`_MaskedPositionsOnly`). Runs on the model's device; log-softmax in float32."""
     if tokenizer.mask_token_id is None:
         raise ValueError("pseudo-log-likelihood needs a tokenizer with a mask token (use the causal path for decoders)")
     unique = list(dict.fromkeys(sentences))
@@ -194,7 +231,9 @@ def pseudo_log_likelihoods(
     device = _device_of(model)
     restrict = _restricts_logits(model)
     totals = torch.zeros(len(unique), dtype=torch.float64)
-    with _EvalMode(model), tqdm(total=len(row_sentence), desc="PLL", unit="copy", disable=not progress) as bar:
+    head = _MaskedPositionsOnly(None if restrict else model)
+    bar = tqdm(total=len(row_sentence), desc="PLL", unit="copy", disable=not progress)
+    with _EvalMode(model), head, bar:
         for start, end in _budget_batches(row_lengths, batch_tokens):
             sentence, position = row_sentence[start:end], row_position[start:end]
             length = int(row_lengths[start])
@@ -208,8 +247,12 @@ def pseudo_log_likelihoods(
                 labels = torch.full_like(input_ids, -100)
                 labels[rows, position] = targets
                 inputs["labels"] = labels.to(device)
+            else:
+                head.select(rows.to(device), position.to(device), tuple(input_ids.shape))
             logits = _logits(model(**inputs))
-            if logits.dim() == 3:  # B x T x V: keep each row's masked position
+            if head.fired:  # B x 1 x V
+                logits = logits[:, 0]
+            elif logits.dim() == 3:  # B x T x V: keep each row's masked position
                 logits = logits[rows.to(device), position.to(device)]
             log_probs = torch.log_softmax(logits.float(), dim=-1)
             scores = log_probs.gather(1, targets.to(device)[:, None]).squeeze(1)
