@@ -250,17 +250,18 @@ def _training_text(run: dict, model_dir: str) -> str:
 def _alpha_heatmap(backbone: ElcBertModel, path: Path) -> None:
     alpha = backbone.layer_weights().numpy()  # L x (L+1)
     layers = alpha.shape[0]
-    figure, axes = plt.subplots(figsize=(1.2 + 0.45 * (layers + 1), 1.0 + 0.4 * layers))
+    figure, axes = plt.subplots(figsize=(max(4.5, 1.5 + 0.45 * (layers + 1)), max(3.0, 1.2 + 0.4 * layers)))
     image = axes.imshow(alpha, cmap="viridis", vmin=0.0, vmax=1.0)
     axes.set_xticks(range(layers + 1), ["emb"] + [str(i) for i in range(1, layers + 1)])
     axes.set_yticks(range(layers), [str(i) for i in range(1, layers + 1)])
-    axes.set_xlabel("source: embedding output y_0, block outputs y_1..")
+    axes.set_xlabel("source state (emb = y_0)")
     axes.set_ylabel("block n")
     axes.set_title("ELC layer weights alpha")
     if layers <= 12:
         for row in range(layers):
             for column in range(row + 1):
-                axes.text(column, row, f"{alpha[row, column]:.2f}", ha="center", va="center", fontsize=7, color="w")
+                color = "black" if alpha[row, column] > 0.6 else "white"  # readable on viridis' light end
+                axes.text(column, row, f"{alpha[row, column]:.2f}", ha="center", va="center", fontsize=7, color=color)
     figure.colorbar(image, ax=axes)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

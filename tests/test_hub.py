@@ -1,0 +1,457 @@
+"""Hub publishing (issue 7): `elc-bert export`, `push` and `convert`.
+
+The exported folders are loaded in fresh Python processes in which `elc_bert` cannot be imported (only
+`transformers` with `trust_remote_code=True`), and pushed to / read back from a local Hub-compatible server
+(tests/hub_server.py) through `HF_ENDPOINT`. Logits are compared with those of the original models, computed here.
+"""
+
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import REF_DIMS, TINY, padded_batch, randomise_elc_logits, write_reference_checkpoint
+from hub_server import start_hub_server
+from reference_impl import naive_forward
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import BertConfig, PreTrainedTokenizerFast
+
+from elc_bert import (
+    ElcBertConfig,
+    ElcBertForMaskedLM,
+    ElcBertForMultipleChoice,
+    ElcBertForQuestionAnswering,
+    ElcBertForSequenceClassification,
+    ElcBertForTokenClassification,
+    LayerFusionConfig,
+    LayerFusionForMaskedLM,
+    LayerFusionForSequenceClassification,
+    LayerFusionForTokenClassification,
+)
+from elc_bert.cli import main as cli_main
+from elc_bert.hub.convert import convert
+from elc_bert.hub.export import export
+from elc_bert.hub.push import resolve_token
+from elc_bert.training.finetune_ner import FinetuneNerConfig, write_results
+from elc_bert.training.pretrain import PretrainConfig, pretrain
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
+TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # ids 0..4, as the package's tokenizer lays them out
+
+# Run in the child before anything else: `import elc_bert` (and any submodule) raises ImportError from here on.
+BLOCK_PACKAGE = """
+import sys
+sys.modules["elc_bert"] = None
+try:
+    import elc_bert  # noqa: F401
+except ImportError:
+    pass
+else:
+    raise SystemExit("elc_bert is importable in the child process")
+"""
+
+
+def _tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    vocab = {token: i for i, token in enumerate(TOKENS + [f"w{i}" for i in range(vocab_size - len(TOKENS))])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = dict(zip(("unk_token", "cls_token", "sep_token", "pad_token", "mask_token"), TOKENS))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **special)
+
+
+def _elc(**overrides) -> ElcBertConfig:
+    return ElcBertConfig(**{**TINY, **overrides})
+
+
+def _bert() -> BertConfig:
+    return BertConfig(
+        vocab_size=TINY["vocab_size"],
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+
+
+# name -> (Auto class the user loads with, a function making the original model)
+MODELS = {
+    "elc_mlm": ("AutoModelForMaskedLM", lambda: ElcBertForMaskedLM(_elc(elc_variant="weighted_output"))),
+    "ltg_seq": (
+        "AutoModelForSequenceClassification",
+        lambda: ElcBertForSequenceClassification(_elc(layer_combination="residual", num_labels=3)),
+    ),
+    "elc_tok": ("AutoModelForTokenClassification", lambda: ElcBertForTokenClassification(_elc(num_labels=5))),
+    "elc_qa": ("AutoModelForQuestionAnswering", lambda: ElcBertForQuestionAnswering(_elc(elc_variant="zero"))),
+    "elc_mc": ("AutoModelForMultipleChoice", lambda: ElcBertForMultipleChoice(_elc(elc_variant="normalized"))),
+    "fusion_elc_dwatt": (
+        "AutoModelForTokenClassification",
+        lambda: LayerFusionForTokenClassification(
+            LayerFusionConfig(backbone_config=_elc(), fusion="dwatt", num_labels=5, head_dropout=0.0)
+        ),
+    ),
+    "fusion_elc_extra": (
+        "AutoModelForSequenceClassification",
+        lambda: LayerFusionForSequenceClassification(
+            LayerFusionConfig(
+                backbone_config=_elc(), fusion="extra_layers", num_extra_layers=2, num_labels=2, head_dropout=0.0
+            )
+        ),
+    ),
+    "fusion_bert_concat": (
+        "AutoModelForMaskedLM",
+        lambda: LayerFusionForMaskedLM(LayerFusionConfig(backbone_config=_bert(), fusion="concat", head_dropout=0.0)),
+    ),
+}
+
+
+def _outputs(model, input_ids, attention_mask) -> torch.Tensor:
+    """The model's main output, real tokens only (what padding positions hold is arbitrary)."""
+    with torch.no_grad():
+        if type(model).__name__.endswith("ForMultipleChoice"):
+            return model(input_ids[None], attention_mask=attention_mask[None]).logits
+        output = model(input_ids, attention_mask=attention_mask)
+    value = output.start_logits if hasattr(output, "start_logits") else output.logits
+    return value[attention_mask.bool()] if value.dim() == 3 else value
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """Every kind of model saved, exported, and its outputs on a padded batch: (folders, expected-outputs file)."""
+    root = tmp_path_factory.mktemp("export")
+    tokenizer = _tokenizer(TINY["vocab_size"])
+    input_ids, attention_mask = padded_batch([9, 5], seed=3)
+    expected, folders = {"input_ids": input_ids, "attention_mask": attention_mask}, {}
+    for seed, (name, (auto_class, make)) in enumerate(MODELS.items()):
+        torch.manual_seed(seed)
+        model = make().eval()
+        randomise_elc_logits(model, seed)
+        model.save_pretrained(root / f"{name}-saved")
+        tokenizer.save_pretrained(root / f"{name}-saved")
+        folders[name] = export(root / f"{name}-saved", root / name, repo_id=f"test-user/{name}")
+        expected[name] = (auto_class, _outputs(model, input_ids, attention_mask))
+        if name == "elc_mlm":  # the bare encoder through AutoModel, from the same folder
+            states = model.elc_bert(input_ids, attention_mask=attention_mask).last_hidden_state
+            expected["elc_mlm/AutoModel"] = ("AutoModel", states[attention_mask.bool()])
+    torch.save(expected, root / "expected.pt")
+    return folders, root / "expected.pt"
+
+
+def _child(script: str, env: dict, cwd: Path, timeout=240) -> subprocess.CompletedProcess:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    full_env.update(env)
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_PACKAGE + textwrap.dedent(script)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+LOAD_AND_COMPARE = """
+import json, sys
+import torch
+import transformers
+
+expected = torch.load(EXPECTED)
+ids, mask = expected["input_ids"], expected["attention_mask"]
+report = {}
+for name, source in SOURCES.items():
+    auto_class, want = expected[name]
+    model = getattr(transformers, auto_class).from_pretrained(source, trust_remote_code=True).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=True)
+    assert tokenizer.mask_token_id == 4 and tokenizer.pad_token_id == 3, name
+    with torch.no_grad():
+        if auto_class == "AutoModelForMultipleChoice":
+            got = model(ids[None], attention_mask=mask[None]).logits
+        else:
+            out = model(ids, attention_mask=mask)
+            got = out.start_logits if hasattr(out, "start_logits") else getattr(out, "logits", None)
+            got = out.last_hidden_state if got is None else got
+            got = got[mask.bool()] if got.dim() == 3 else got
+    report[name] = {"module": type(model).__module__, "max_abs_diff": (got - want).abs().max().item(),
+                    "shape_ok": got.shape == want.shape}
+assert not [m for m in sys.modules if m == "elc_bert" or m.startswith("elc_bert.") if sys.modules[m] is not None]
+print("REPORT" + json.dumps(report))
+"""
+
+
+def _report(result) -> dict:
+    return json.loads(result.stdout.split("REPORT", 1)[1])
+
+
+def test_exported_folders_load_without_the_package(exported, tmp_path):
+    folders, expected_file = exported
+    sources = {name: str(folder) for name, folder in folders.items()}
+    sources["elc_mlm/AutoModel"] = str(folders["elc_mlm"])
+    script = f"SOURCES = {sources!r}\nEXPECTED = {str(expected_file)!r}\n" + LOAD_AND_COMPARE
+    report = _report(_child(script, {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}, tmp_path))
+    assert set(report) == set(sources)
+    for name, entry in report.items():
+        assert entry["module"].startswith("transformers_modules."), (name, entry)  # the shipped code, not ours
+        assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, (name, entry)
+
+
+def test_export_folder_contents(exported):
+    folders, _ = exported
+    folder = folders["fusion_elc_dwatt"]
+    names = {p.name for p in folder.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "alpha.png"} <= names
+    assert not names & {"pytorch_model.bin", "model.bin"}
+    code = {p.name: p.read_text() for p in folder.glob("*.py")}
+    # A layer-fusion folder ships the ELC-BERT code its backbone needs.
+    assert set(code) == {
+        "configuration_layer_fusion.py",
+        "modeling_layer_fusion.py",
+        "configuration_elc_bert.py",
+        "modeling_elc_bert.py",
+    }
+    for name, source in code.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and f"{node.module}.py" in code, (name, node.module)
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                modules = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not any(m and m.split(".")[0] == "elc_bert" for m in modules), (name, modules)
+    config = json.loads((folder / "config.json").read_text())
+    auto_map = config["auto_map"]
+    assert set(auto_map) == {
+        "AutoConfig",
+        "AutoModel",
+        "AutoModelForMaskedLM",
+        "AutoModelForSequenceClassification",
+        "AutoModelForTokenClassification",
+    }
+    assert all(ref.split(".")[0] + ".py" in code for ref in auto_map.values())
+    assert config["backbone_config"]["model_type"] == "elc_bert"
+    assert set(json.loads((folders["elc_mlm"] / "config.json").read_text())["auto_map"]) >= {
+        "AutoModelForMultipleChoice",
+        "AutoModelForQuestionAnswering",
+    }
+
+
+def test_remote_code_is_the_package_source(exported):
+    """One source of truth: apart from the header, the package-import lines and the Auto registrations appended at
+    the end, each shipped file is the package's file line for line."""
+    folder = exported[0]["fusion_elc_dwatt"]
+    for shipped, original in [
+        ("modeling_elc_bert.py", "models/elc_bert/modeling_elc_bert.py"),
+        ("configuration_elc_bert.py", "models/elc_bert/configuration_elc_bert.py"),
+        ("modeling_layer_fusion.py", "models/layer_fusion/modeling_layer_fusion.py"),
+        ("configuration_layer_fusion.py", "models/layer_fusion/configuration_layer_fusion.py"),
+    ]:
+        source = (REPO / "elc_bert" / original).read_text().splitlines()
+        generated = (folder / shipped).read_text().splitlines()
+        assert generated[0].startswith("# Generated by `elc-bert export` from elc_bert/" + original)
+        body = generated[2 : 2 + len(source)]
+        differing = [(a, b) for a, b in zip(source, body) if a != b]
+        assert all(a.startswith("from ..") and b.startswith("from .") for a, b in differing), differing
+        tail = generated[2 + len(source) :]
+        assert not tail or "Added by `elc-bert export`" in "\n".join(tail), shipped
+
+
+@pytest.fixture(scope="module")
+def pretrain_run(tmp_path_factory):
+    """A real (tiny) pretraining run directory, with validation, on the bundled WikiText-2 sample."""
+    run = tmp_path_factory.mktemp("pretrain") / "run"
+    config = PretrainConfig(
+        output_dir=str(run),
+        data_dir=str(SAMPLE.parent),
+        train_files=[SAMPLE.name],
+        validation_files=[SAMPLE.name],
+        max_eval_samples=16,
+        preset="tiny",
+        vocab_size=300,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=3,
+        batch_size=8,
+        training={"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
+    )
+    pretrain(config)
+    return run
+
+
+def _card(folder: Path) -> tuple[dict, str]:
+    text = (folder / "README.md").read_text()
+    match = re.match(r"\A---\n(.*?)\n---\n", text, flags=re.DOTALL)
+    assert match, "README.md has no YAML front matter"
+    return yaml.safe_load(match.group(1)), text
+
+
+def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
+    out = tmp_path / "out"
+    cli_main(["export", str(pretrain_run), str(out), "--repo-id", "test-user/elc-tiny"])
+    metadata, text = _card(out)
+    assert metadata["library_name"] == "transformers" and metadata["license"] == "apache-2.0"
+    assert metadata["language"] == ["en"] and metadata["pipeline_tag"] == "fill-mask"
+    # The training file is a local sample whose path names no known corpus: the card names no Hub dataset.
+    assert "elc-bert" in metadata["tags"] and "datasets" not in metadata
+    measured = json.loads((pretrain_run / "metrics.json").read_text())["final"]
+    [result] = metadata["model-index"][0]["results"]
+    assert result["metrics"] == [{"type": "loss", "value": measured["eval_loss"], "name": "validation MLM loss"}]
+    assert "perplexity" not in text.lower()  # the run measured none
+    assert f"{measured['train_loss']:.4f}" in text
+    assert "Stand-in corpus, not BabyLM" in text
+    assert 'from_pretrained("test-user/elc-tiny", trust_remote_code=True)' in text and "import elc_bert" in text
+    assert (out / "alpha.png").stat().st_size > 0 and (out / "run_loss.png").is_file()
+    assert "![" in text and "alpha.png" in text
+
+    # Without a validation set the run measured no validation loss: the card has no model-index at all.
+    metrics = json.loads((pretrain_run / "metrics.json").read_text())
+    del metrics["final"]["eval_loss"]
+    (pretrain_run / "metrics.json").write_text(json.dumps(metrics))
+    export(pretrain_run, out, overwrite=True)
+    metadata, text = _card(out)
+    assert "model-index" not in metadata and "validation MLM loss" not in text
+
+
+def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
+    run = tmp_path / "ner-run"
+    config = FinetuneNerConfig(output_dir=str(run), model="tiny", data_dir="unused", shots=[8, 32], trials=2)
+    run.mkdir()
+    yaml_text = yaml.safe_dump({**config.__dict__, "dataset": "conll03", "fusion": "dwatt"})
+    (run / "finetune_ner_config.yaml").write_text(yaml_text)
+    scores = {(8, 0): 0.41, (8, 1): 0.45, (32, 0): 0.6, (32, 1): 0.62}
+    for (shots, trial), f1 in scores.items():
+        trial_dir = run / f"n{shots}" / f"trial{trial}"
+        trial_dir.mkdir(parents=True)
+        weights = [0.1, 0.2, 0.3, 0.4] if shots == 8 else [0.4, 0.3, 0.2, 0.1]
+        result = {"shots": shots, "trial": trial, "best_dev_f1": f1, "mean_depth_weights": weights}
+        (trial_dir / "result.json").write_text(json.dumps(result))
+    summary = write_results(config, scores)
+
+    out = tmp_path / "out"
+    folders, _ = exported
+    export(folders["fusion_elc_dwatt"], out, run_dir=run)
+    metadata, text = _card(out)
+    assert metadata["pipeline_tag"] == "token-classification" and "eriktks/conll2003" in metadata["datasets"]
+    results = metadata["model-index"][0]["results"]
+    assert [r["metrics"][0]["value"] for r in results] == [summary["n8"]["mean"], summary["n32"]["mean"]]
+    assert all(r["metrics"][0]["type"] == "f1" and r["dataset"]["split"] == "validation" for r in results)
+    assert "not these exact weights" in text and "optimistic" in text
+    assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
+
+
+def test_push_and_load_through_a_local_hub(exported, tmp_path, monkeypatch, capsys):
+    import huggingface_hub.constants
+
+    folders, expected_file = exported
+    server, state, endpoint = start_hub_server(token="hf_test_token")
+    try:
+        # `elc-bert push` in this process: huggingface_hub read HF_ENDPOINT into its constants at import time.
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+        monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+        folder = folders["fusion_elc_dwatt"]
+        cli_main(["push", str(folder), "--repo-id", "test-user/fusion", "--private"])
+        repo = state.repos["test-user/fusion"]
+        assert repo["private"] and f"{endpoint}/test-user/fusion/commit/{repo['sha']}" in capsys.readouterr().out
+        assert repo["files"] == {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+        # A fresh process without the package reads it back through the same endpoint.
+        env = {"HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_test_token", "HF_HOME": str(tmp_path / "hf")}
+        script = f"SOURCES = {{'fusion_elc_dwatt': 'test-user/fusion'}}\nEXPECTED = {str(expected_file)!r}\n"
+        entry = _report(_child(script + LOAD_AND_COMPARE, env, tmp_path))["fusion_elc_dwatt"]
+        # The code came from the repo at the pushed commit (transformers keys the module by repo and commit).
+        assert entry["module"].startswith("transformers_modules.") and repo["sha"] in entry["module"], entry
+        assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, entry
+    finally:
+        server.shutdown()
+
+
+def test_push_without_a_token_is_a_clear_error(monkeypatch, tmp_path):
+    import huggingface_hub.constants
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
+    with pytest.raises(PermissionError, match="HF_TOKEN.*hf auth login"):
+        resolve_token()
+
+
+def test_convert_a_reference_checkpoint(tmp_path):
+    source = tmp_path / "reference"
+    state_dict = write_reference_checkpoint(source, elc=True, fmt="bin", seed=5)
+    _tokenizer(REF_DIMS["vocab_size"]).save_pretrained(source)
+    out = convert(source, tmp_path / "converted")
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == "elc_bert" and config["architectures"] == ["ElcBertForMaskedLM"]
+    assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+    model = ElcBertForMaskedLM.from_pretrained(out).eval()
+    input_ids, attention_mask = padded_batch([8, 5], vocab_size=REF_DIMS["vocab_size"], seed=2)
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask=attention_mask).logits
+    naive = naive_forward(
+        state_dict, input_ids, attention_mask, num_heads=REF_DIMS["num_heads"], layer_combination="elc"
+    )["mlm_logits"]
+    real = attention_mask.bool()
+    assert (logits[real].double() - naive[real]).abs().max().item() <= 1e-5
+    # The converted folder is what export takes.
+    exported = export(out, tmp_path / "exported")
+    assert json.loads((exported / "config.json").read_text())["auto_map"]["AutoModelForMaskedLM"].startswith("model")
+
+
+FAKE_REFERENCE_CODE = {
+    "configuration_ltgbert.py": """
+from transformers import PreTrainedConfig
+
+
+class LtgBertConfig(PreTrainedConfig):
+    model_type = "ltgbert"
+""",
+    "modeling_ltgbert.py": """
+import torch
+from transformers import PreTrainedModel
+from transformers.modeling_outputs import MaskedLMOutput
+
+from .configuration_ltgbert import LtgBertConfig
+
+
+class LtgBertForMaskedLM(PreTrainedModel):
+    config_class = LtgBertConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.offset = torch.nn.Parameter(torch.zeros(1))
+        self.post_init()
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        return MaskedLMOutput(logits=torch.zeros(*input_ids.shape, self.config.vocab_size) + self.offset)
+""",
+}
+
+
+def test_convert_checks_against_the_reference_code_before_writing(tmp_path):
+    """A folder whose own modeling code disagrees with the conversion: convert refuses and writes nothing."""
+    source = tmp_path / "reference"
+    write_reference_checkpoint(source, elc=False, fmt="safetensors", seed=6)
+    for name, code in FAKE_REFERENCE_CODE.items():
+        (source / name).write_text(code)
+    with pytest.raises(ValueError, match="against the reference"):
+        convert(source, tmp_path / "converted")
+    assert not (tmp_path / "converted").exists()
+
+
+def test_export_errors_name_the_problem(tmp_path, reference_checkpoint):
+    folder, _ = reference_checkpoint(elc=True)
+    with pytest.raises(ValueError, match="elc-bert convert"):
+        export(folder, tmp_path / "out")
+    run = tmp_path / "ner-run"
+    run.mkdir()
+    (run / "results.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="--run-dir"):
+        export(run, tmp_path / "out2")
