@@ -27,6 +27,22 @@ def main(argv=None):
     blimp_parser.add_argument("--max-pairs-per-set", type=int, help="score only the first N pairs of each set")
     blimp_parser.add_argument("--causal", action="store_true", help="force the causal (left-to-right) scorer")
     blimp_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    export_parser = commands.add_parser("export", help="a Hub-ready folder: remote code, safetensors, model card")
+    export_parser.add_argument("source", help="a run directory (pretrain, mlm) or a saved model folder")
+    export_parser.add_argument("out_dir", help="the folder to write")
+    export_parser.add_argument("--run-dir", help="the run whose measured metrics go into the card (default: SOURCE)")
+    export_parser.add_argument("--tokenizer", help="tokenizer folder or name when the model folder holds none")
+    export_parser.add_argument("--repo-id", help="USER/NAME, for the card's usage snippets")
+    export_parser.add_argument("--license", default="apache-2.0", help="the card's license (default apache-2.0)")
+    export_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    push_parser = commands.add_parser("push", help="upload an exported folder to the Hugging Face Hub")
+    push_parser.add_argument("folder", help="a folder written by `elc-bert export`")
+    push_parser.add_argument("--repo-id", required=True, help="USER/NAME")
+    push_parser.add_argument("--private", action="store_true", help="create the repo private")
+    convert_parser = commands.add_parser("convert", help="a published ltgbert checkpoint folder to this package")
+    convert_parser.add_argument("source", help="folder of a reference checkpoint (model_type ltgbert)")
+    convert_parser.add_argument("out_dir", help="the folder to write")
+    convert_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     args = parser.parse_args(argv)
 
     if args.command == "pretrain":
@@ -46,6 +62,21 @@ def main(argv=None):
         from .evaluation.blimp import eval_blimp_cli
 
         eval_blimp_cli(args)
+    elif args.command == "export":
+        from .hub.export import export
+        from .training.finetune_ner import resolve_model
+
+        tokenizer = resolve_model(args.tokenizer) if args.tokenizer else None
+        options = dict(run_dir=args.run_dir, tokenizer=tokenizer, repo_id=args.repo_id, license=args.license)
+        print(export(args.source, args.out_dir, overwrite=args.overwrite, **options))
+    elif args.command == "push":
+        from .hub.push import push
+
+        print(push(args.folder, args.repo_id, private=args.private))
+    elif args.command == "convert":
+        from .hub.convert import convert
+
+        print(convert(args.source, args.out_dir, overwrite=args.overwrite))
 
 
 if __name__ == "__main__":
