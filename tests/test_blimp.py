@@ -349,10 +349,14 @@ def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys):
     data.mkdir()
     write_jsonl(data / "first.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1], field="morphology")] * 3)
     write_jsonl(data / "second.jsonl.gz", [pair(TOY_SENTENCES[2], TOY_SENTENCES[3], field="syntax")] * 3, True)
+    # BLiMP's two spellings of one field are one field.
+    write_jsonl(data / "third.jsonl", [pair(TOY_SENTENCES[4], TOY_SENTENCES[5], field="syntax/semantics")])
+    write_jsonl(data / "fourth.jsonl", [pair(TOY_SENTENCES[5], TOY_SENTENCES[4], field="syntax_semantics")])
 
     main(["eval-blimp", str(run), "--data", str(data), "--out", str(tmp_path / "out"), "--batch-tokens", "64"])
     results = json.loads((tmp_path / "out" / "sets.json").read_text())
-    assert results["total"] == 6 and set(results["fields"]) == {"morphology", "syntax"}
+    assert results["total"] == 8 and set(results["fields"]) == {"morphology", "syntax", "syntax_semantics"}
+    assert results["field_counts"]["syntax_semantics"]["sets"] == 2
     assert results["model_class"] == "ElcBertForMaskedLM" and results["method"] == "pseudo-log-likelihood"
     assert (tmp_path / "out" / "sets.md").read_text().startswith("# sets: pseudo-log-likelihood")
     assert (tmp_path / "out" / "sets.png").stat().st_size > 1000

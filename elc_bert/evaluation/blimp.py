@@ -27,6 +27,9 @@ from tqdm.auto import tqdm
 DEFAULT_BATCH_TOKENS = 4096
 SUFFIXES = (".jsonl.gz", ".jsonl")
 CHANCE = 0.5
+# BLiMP spells one field two ways (principle_A_c_command.jsonl says "syntax/semantics", the other binding, control /
+# raising and NPI files "syntax_semantics"); the paper has a single syntax-semantics field.
+FIELD_ALIASES = {"syntax/semantics": "syntax_semantics"}
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -317,16 +320,17 @@ def _mean(values: list[float]) -> float:
 def summarise(sets: dict[str, list[dict]], good: dict[str, list[float]], bad: dict[str, list[float]]) -> dict:
     """Accuracy per set, per linguistic field and term (mean over their sets) and overall (mean over sets, as BabyLM
     reports BLiMP; `overall_pairs` pools the pairs). A tie counts as wrong. Files without a `field` (the BabyLM
-    supplement) are their own field."""
+    supplement) are their own field; `FIELD_ALIASES` merges spellings of one field."""
     per_set = {}
     for name, pairs in sets.items():
         correct = sum(g > b for g, b in zip(good[name], bad[name]))
+        field = str(pairs[0].get("field") or name)
         per_set[name] = {
             "accuracy": correct / len(pairs),
             "correct": correct,
             "total": len(pairs),
             "ties": sum(g == b for g, b in zip(good[name], bad[name])),
-            "field": str(pairs[0].get("field") or name),
+            "field": FIELD_ALIASES.get(field, field),
             "linguistics_term": str(pairs[0].get("linguistics_term") or name),
         }
     groups = {}
