@@ -68,7 +68,7 @@ def main(argv=None):
 
         tokenizer = resolve_model(args.tokenizer) if args.tokenizer else None
         options = dict(run_dir=args.run_dir, tokenizer=tokenizer, repo_id=args.repo_id, license=args.license)
-        print(export(args.source, args.out_dir, overwrite=args.overwrite, **options))
+        print(export(args.source, args.out_dir, overwrite=args.overwrite, resolve_name=resolve_model, **options))
     elif args.command == "push":
         from .hub.push import push
 

@@ -455,3 +455,50 @@ def test_export_errors_name_the_problem(tmp_path, reference_checkpoint):
     (run / "results.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="--run-dir"):
         export(run, tmp_path / "out2")
+
+
+def test_export_of_an_mlm_run_takes_its_best_checkpoint(tmp_path):
+    """`elc-bert mlm` keeps checkpoints only; the best one (trainer_state.json) is exported, with the tokenizer of
+    the model the run started from, and exactly the four numbers the run measured."""
+    started_from = tmp_path / "backbone"
+    _tokenizer(TINY["vocab_size"]).save_pretrained(started_from)
+    run = tmp_path / "mlm-run"
+    best = ElcBertForMaskedLM(_elc()).eval()
+    best.save_pretrained(run / "checkpoint-4")
+    ElcBertForMaskedLM(_elc()).save_pretrained(run / "checkpoint-8")  # the last, not the best
+    state = {"best_model_checkpoint": str(run / "checkpoint-4")}
+    (run / "checkpoint-8" / "trainer_state.json").write_text(json.dumps(state))
+    (run / "mlm_config.yaml").write_text(yaml.safe_dump({"model": str(started_from), "fusion": None, "epochs": 1}))
+    measured = {"validation_loss": 4.1, "validation_perplexity": 60.3, "test_loss": 4.2, "test_perplexity": 66.7}
+    (run / "metrics.json").write_text(json.dumps({"final": measured, "log_history": []}))
+    out = export(run, tmp_path / "out")
+    assert (out / "tokenizer.json").is_file()
+    exported = ElcBertForMaskedLM.from_pretrained(out)
+    assert torch.equal(exported.lm_head.dense.weight, best.lm_head.dense.weight)
+    metadata, _ = _card(out)
+    values = {
+        (result["dataset"]["split"], metric["type"]): metric["value"]
+        for result in metadata["model-index"][0]["results"]
+        for metric in result["metrics"]
+    }
+    assert values == {tuple(key.split("_")): value for key, value in measured.items()}
+    assert metadata["datasets"] == ["Salesforce/wikitext"]
+
+
+@pytest.mark.parametrize("sources", [4, 10])
+def test_card_says_whether_the_pretraining_corpus_was_babylm(tmp_path, sources):
+    from elc_bert.hub.model_card import _stand_in_note
+
+    folder = tmp_path / "babylm" / "2023" / "train_10M"
+    folder.mkdir(parents=True)
+    for i in range(sources):
+        (folder / f"source{i}.train.gz").write_bytes(b"")
+    note = _stand_in_note({"train_files": ["babylm/2023/train_10M"], "data_dir": str(tmp_path)})
+    if sources == 10:
+        assert note.startswith("Trained on the BabyLM 2023 corpus")
+    else:
+        assert note.startswith("**Stand-in corpus, not BabyLM.**") and "4 of the 10" in note
+    with_wikitext = _stand_in_note(
+        {"train_files": ["babylm/2023/train_10M", "wikitext2/train.txt"], "data_dir": str(tmp_path)}
+    )
+    assert with_wikitext.startswith("**Stand-in corpus, not BabyLM.**") and "wikitext2/train.txt" in with_wikitext

@@ -163,6 +163,17 @@ def find_tokenizer(candidates: list[Path | str | None]) -> str:
     raise FileNotFoundError(f"no tokenizer in {searched} (or their tokenizer/ subfolders): pass --tokenizer")
 
 
+def _run_start_model(run_dir: Path | None) -> str | None:
+    """The `model` a fine-tuning run (mlm, finetune-ner) started from, as its resolved config names it."""
+    import yaml
+
+    for name in ("mlm_config.yaml", "finetune_ner_config.yaml"):
+        if run_dir is not None and (run_dir / name).is_file():
+            value = (yaml.safe_load((run_dir / name).read_text(encoding="utf-8")) or {}).get("model")
+            return str(value) if value else None
+    return None
+
+
 def export(
     source: str | Path,
     out_dir: str | Path,
@@ -173,11 +184,14 @@ def export(
     license: str = "apache-2.0",
     templates_dir: str | Path | None = None,
     overwrite: bool = False,
+    resolve_name=None,
 ) -> Path:
     """Writes the Hub-ready folder of the model in `source` (a model folder or a run directory) to `out_dir`.
 
     `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card; `tokenizer` is used
-    when neither the model folder nor the run holds one; `repo_id` (USER/NAME) goes into the card's snippets.
+    when neither the model folder nor the run holds one, else the model the run started from (its config's `model`,
+    e.g. an `elc-bert mlm` run), passed through `resolve_name` (the CLI's alias resolution) when given; `repo_id`
+    (USER/NAME) goes into the card's snippets.
     """
     from transformers import AutoTokenizer
 
@@ -210,7 +224,10 @@ def export(
     config["auto_map"] = write_remote_code(model_class, out_dir)
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
-    tokenizer_source = find_tokenizer([tokenizer, model_dir, source, run_dir])
+    started_from = _run_start_model(run_dir)
+    if started_from is not None and resolve_name is not None:
+        started_from = resolve_name(started_from)
+    tokenizer_source = find_tokenizer([tokenizer, model_dir, source, run_dir, started_from])
     AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(out_dir)
     write_model_card(
         out_dir,

@@ -243,7 +243,7 @@ def _training_text(run: dict, model_dir: str) -> str:
     )
     return text + (
         f"\n\nThe weights exported here come from `{model_dir}`: `elc-bert finetune-ner` keeps none of its trial "
-        "models, so the results below describe the run's trials (same setup), not these exact weights."
+        "models, so the results below describe the run's trials, not these exact weights."
     )
 
 
