@@ -153,6 +153,27 @@ def test_pll_matches_naive_loop_roberta(toy_tokenizer):
     assert_scores_close(batched, [naive_pll(model, toy_tokenizer, s) for s in TOY_SENTENCES])
 
 
+def test_pll_matches_naive_loop_layer_fusion(toy_tokenizer):
+    """A DWAtt head over a tiny random BERT: our class, so it gets labels and returns N x V logits."""
+    from transformers import BertConfig
+
+    from elc_bert import LayerFusionConfig, LayerFusionForMaskedLM
+
+    torch.manual_seed(0)
+    backbone = BertConfig(
+        vocab_size=len(toy_tokenizer),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=64,
+    )
+    model = LayerFusionForMaskedLM(LayerFusionConfig(backbone_config=backbone, fusion="dwatt")).eval()
+    assert not is_causal_lm(model)
+    batched = pseudo_log_likelihoods(model, toy_tokenizer, TOY_SENTENCES, batch_tokens=40, progress=False)
+    assert_scores_close(batched, [naive_pll(model, toy_tokenizer, s) for s in TOY_SENTENCES])
+
+
 # ---------------------------------------------------------------------------------------- closed-form PLL
 class BigramMaskedLM(nn.Module):
     """logits[b, t] = W[x_t] + U[x_{t-1}] (U[x_{-1}] = 0): a masked position sees the mask token and its left
