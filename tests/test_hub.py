@@ -6,6 +6,8 @@ The exported folders are loaded in fresh Python processes in which `elc_bert` ca
 """
 
 import ast
+import contextlib
+import io
 import json
 import os
 import re
@@ -170,7 +172,7 @@ expected = torch.load(EXPECTED)
 ids, mask = expected["input_ids"], expected["attention_mask"]
 report = {}
 for name, source in SOURCES.items():
-    auto_class, want = expected[name]
+    auto_class, want = expected[name.removeprefix("hub:")]
     model = getattr(transformers, auto_class).from_pretrained(source, trust_remote_code=True).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=True)
     assert tokenizer.mask_token_id == 4 and tokenizer.pad_token_id == 3, name
@@ -193,13 +195,39 @@ def _report(result) -> dict:
     return json.loads(result.stdout.split("REPORT", 1)[1])
 
 
-def test_exported_folders_load_without_the_package(exported, tmp_path):
+@pytest.fixture(scope="module")
+def hub(exported, tmp_path_factory):
+    """The local Hub server after `elc-bert push` (run here, through HF_ENDPOINT) of the DWAtt fusion folder, and
+    the report of ONE fresh process without the package that loads every exported folder from disk and the pushed
+    repo through the same endpoint (one child process: importing torch and transformers dominates its time)."""
+    import huggingface_hub.constants
+
     folders, expected_file = exported
-    sources = {name: str(folder) for name, folder in folders.items()}
-    sources["elc_mlm/AutoModel"] = str(folders["elc_mlm"])
-    script = f"SOURCES = {sources!r}\nEXPECTED = {str(expected_file)!r}\n" + LOAD_AND_COMPARE
-    report = _report(_child(script, {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}, tmp_path))
-    assert set(report) == set(sources)
+    root = tmp_path_factory.mktemp("hub")
+    server, state, endpoint = start_hub_server(token="hf_test_token")
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            # huggingface_hub read HF_ENDPOINT into its constants when it was imported.
+            patch.setenv("HF_ENDPOINT", endpoint)
+            patch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+            patch.setenv("HF_TOKEN", "hf_test_token")
+            output = io.StringIO()
+            with contextlib.redirect_stdout(output):
+                cli_main(["push", str(folders["fusion_elc_dwatt"]), "--repo-id", "test-user/fusion", "--private"])
+        sources = {name: str(folder) for name, folder in folders.items()}
+        sources["elc_mlm/AutoModel"] = str(folders["elc_mlm"])
+        sources["hub:fusion_elc_dwatt"] = "test-user/fusion"
+        script = f"SOURCES = {sources!r}\nEXPECTED = {str(expected_file)!r}\n" + LOAD_AND_COMPARE
+        env = {"HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_test_token", "HF_HOME": str(root / "hf")}
+        report = _report(_child(script, env, root))
+    finally:
+        server.shutdown()
+    return {"state": state, "endpoint": endpoint, "push_output": output.getvalue(), "report": report}
+
+
+def test_exported_folders_load_without_the_package(exported, hub):
+    report = {name: entry for name, entry in hub["report"].items() if not name.startswith("hub:")}
+    assert set(report) == set(MODELS) | {"elc_mlm/AutoModel"}
     for name, entry in report.items():
         assert entry["module"].startswith("transformers_modules."), (name, entry)  # the shipped code, not ours
         assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, (name, entry)
@@ -346,31 +374,16 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
     assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
 
 
-def test_push_and_load_through_a_local_hub(exported, tmp_path, monkeypatch, capsys):
-    import huggingface_hub.constants
-
-    folders, expected_file = exported
-    server, state, endpoint = start_hub_server(token="hf_test_token")
-    try:
-        # `elc-bert push` in this process: huggingface_hub read HF_ENDPOINT into its constants at import time.
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
-        monkeypatch.setenv("HF_TOKEN", "hf_test_token")
-        folder = folders["fusion_elc_dwatt"]
-        cli_main(["push", str(folder), "--repo-id", "test-user/fusion", "--private"])
-        repo = state.repos["test-user/fusion"]
-        assert repo["private"] and f"{endpoint}/test-user/fusion/commit/{repo['sha']}" in capsys.readouterr().out
-        assert repo["files"] == {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-
-        # A fresh process without the package reads it back through the same endpoint.
-        env = {"HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_test_token", "HF_HOME": str(tmp_path / "hf")}
-        script = f"SOURCES = {{'fusion_elc_dwatt': 'test-user/fusion'}}\nEXPECTED = {str(expected_file)!r}\n"
-        entry = _report(_child(script + LOAD_AND_COMPARE, env, tmp_path))["fusion_elc_dwatt"]
-        # The code came from the repo at the pushed commit (transformers keys the module by repo and commit).
-        assert entry["module"].startswith("transformers_modules.") and repo["sha"] in entry["module"], entry
-        assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, entry
-    finally:
-        server.shutdown()
+def test_push_and_load_through_a_local_hub(exported, hub):
+    folder = exported[0]["fusion_elc_dwatt"]
+    repo = hub["state"].repos["test-user/fusion"]
+    assert repo["private"] and f"{hub['endpoint']}/test-user/fusion/commit/{repo['sha']}" in hub["push_output"]
+    assert repo["files"] == {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    # Read back by the fresh process (no package) through the same endpoint; transformers keys the remote code's
+    # module by repo and commit, so it came from the pushed commit.
+    entry = hub["report"]["hub:fusion_elc_dwatt"]
+    assert entry["module"].startswith("transformers_modules.") and repo["sha"] in entry["module"], entry
+    assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, entry
 
 
 def test_push_without_a_token_is_a_clear_error(monkeypatch, tmp_path):
