@@ -389,3 +389,18 @@ def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys):
     main(["eval-blimp", str(run), "--data", str(data / "second.jsonl.gz"), "--max-pairs-per-set", "2"])
     default = json.loads((run / "eval" / "second.json").read_text())
     assert default["total"] == 2
+
+
+def test_cli_picks_the_causal_scorer_for_a_decoder(toy_tokenizer, tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(toy_tokenizer), n_embd=16, n_layer=1, n_head=2, n_positions=64))
+    model.save_pretrained(tmp_path / "gpt2")
+    toy_tokenizer.save_pretrained(tmp_path / "gpt2")
+    write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
+    main(["eval-blimp", str(tmp_path / "gpt2"), "--data", str(tmp_path / "pairs.jsonl"), "--out", str(tmp_path)])
+    results = json.loads((tmp_path / "pairs.json").read_text())
+    assert results["method"] == "log-likelihood (causal)" and results["model_class"] == "GPT2LMHeadModel"
+    expected = [naive_causal_ll(model.eval(), toy_tokenizer, s) for s in TOY_SENTENCES[:2]]
+    assert results["sets"]["pairs"]["accuracy"] == float(expected[0] > expected[1])
