@@ -233,6 +233,21 @@ def test_exported_folders_load_without_the_package(exported, hub):
         assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, (name, entry)
 
 
+def test_exported_folders_load_with_the_package(exported):
+    """`pip install elc_bert` users: after `import elc_bert` the Auto classes give the package's own classes (the
+    shipped code is not run, no `trust_remote_code` needed) with the same outputs."""
+    import transformers
+
+    folders, expected_file = exported
+    expected = torch.load(expected_file)
+    for name, folder in folders.items():
+        auto_class, want = expected[name]
+        model = getattr(transformers, auto_class).from_pretrained(folder).eval()
+        assert type(model).__module__.startswith("elc_bert.models."), (name, type(model))
+        got = _outputs(model, expected["input_ids"], expected["attention_mask"])
+        assert (got - want).abs().max().item() <= 1e-5, name
+
+
 def test_export_folder_contents(exported):
     folders, _ = exported
     folder = folders["fusion_elc_dwatt"]
