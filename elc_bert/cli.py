@@ -18,6 +18,11 @@ def main(argv=None):
     mlm_parser = commands.add_parser("mlm", help="MLM fine-tuning and perplexity on WikiText-2 from a YAML config")
     mlm_parser.add_argument("config", help="YAML file (see configs/mlm/)")
     mlm_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    glue_parser = commands.add_parser("finetune-glue", help="BabyLM (Super)GLUE fine-tuning from a YAML config")
+    glue_parser.add_argument("config", help="YAML file (see configs/glue/)")
+    glue_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    scorecard_parser = commands.add_parser("scorecard", help="BLiMP + GLUE (+ MSGS) of a run beside the paper's row")
+    scorecard_parser.add_argument("run_dir", help="a run directory holding blimp.json, glue/, ... (any subset)")
     blimp_parser = commands.add_parser("eval-blimp", help="zero-shot BLiMP-style minimal pairs (PLL or causal LL)")
     blimp_parser.add_argument("model", help="a local model folder (e.g. a pretrain run dir) or a Hub name")
     blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
@@ -58,6 +63,14 @@ def main(argv=None):
         from .training.mlm import MlmConfig, mlm
 
         print(json.dumps(mlm(load_config(MlmConfig, args.config, args.overrides)), indent=2))
+    elif args.command == "finetune-glue":
+        from .training.finetune_glue import FinetuneGlueConfig, finetune_glue
+
+        finetune_glue(load_config(FinetuneGlueConfig, args.config, args.overrides))
+    elif args.command == "scorecard":
+        from .evaluation.scorecard import scorecard
+
+        scorecard(args.run_dir)
     elif args.command == "eval-blimp":
         from .evaluation.blimp import eval_blimp_cli
 

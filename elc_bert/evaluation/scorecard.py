@@ -1,0 +1,223 @@
+"""`elc-bert scorecard RUN_DIR`: BLiMP, the BLiMP supplement, (Super)GLUE and MSGS of one run in one table, with the
+BabyLM 2023 aggregate, beside the paper's ELC-BERT strict-small row.
+
+    aggregate = 0.5 BLiMP + 0.3 GLUE + 0.2 MSGS          (all in %, ../shared/docs/elc-bert.md)
+
+BLiMP is the mean accuracy over the BLiMP sets (the supplement is shown in its own column and is not part of the
+aggregate, following the docs' formula); GLUE is the mean of the 11 BabyLM (Super)GLUE entries (CoLA MCC, MRPC and QQP
+F1, the others accuracy; MNLI and MNLI-mm count separately); MSGS is whatever `RUN_DIR/msgs.json` reports as
+"overall".
+
+Missing parts: the aggregate is given only when BLiMP, MSGS and all 11 GLUE entries are present; otherwise it is
+"n/a" and a *partial* aggregate is shown beside it, labelled with what it lacks: the weights renormalised over the
+parts present (e.g. (0.5 BLiMP + 0.3 GLUE) / 0.8 without MSGS), GLUE averaged over the entries present. It is not
+comparable to the paper's aggregate.
+
+Inputs (each optional): `RUN_DIR/blimp.json` and `RUN_DIR/supplement.json` (written by `evaluate_blimp(...,
+out_dir=RUN_DIR, name="blimp")` / `name="supplement"`; `RUN_DIR/eval/` and the data-folder names blimp_filtered /
+supplement_filtered are searched too), `RUN_DIR/glue/<task>/result.json` (`elc-bert finetune-glue`) and
+`RUN_DIR/msgs.json`. Outputs: `RUN_DIR/scorecard.json`, `scorecard.md` and `scorecard.png`; all scores in %.
+"""
+
+import json
+import math
+from pathlib import Path
+
+WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
+GLUE_ENTRIES = ["cola", "sst2", "mrpc", "qqp", "mnli", "mnli-mm", "qnli", "rte", "boolq", "multirc", "wsc"]
+COLUMNS = ["blimp", "supplement", "glue", "msgs"]
+TITLES = {"blimp": "BLiMP", "supplement": "Supplement", "glue": "GLUE", "msgs": "MSGS", "aggregate": "Aggregate"}
+# ELC-BERT, BabyLM 2023 strict-small, paper Table 1 (../shared/docs/elc-bert.md and notes/elc-bert-reference-notes.md).
+# The docs give no BLiMP-supplement score and no per-task GLUE scores: those stay None (shown as "n/a").
+PAPER_STRICT_SMALL = {
+    "name": "ELC-BERT strict-small (paper)",
+    "blimp": 75.8,
+    "supplement": None,
+    "glue": 73.7,
+    "msgs": 29.4,
+    "aggregate": 65.9,
+    "glue_tasks": {entry: None for entry in GLUE_ENTRIES},
+}
+# Where each part may be: the first file found wins.
+SOURCES = {
+    "blimp": ["blimp.json", "eval/blimp.json", "blimp_filtered.json", "eval/blimp_filtered.json"],
+    "supplement": [
+        "supplement.json",
+        "eval/supplement.json",
+        "supplement_filtered.json",
+        "eval/supplement_filtered.json",
+    ],
+    "msgs": ["msgs.json", "eval/msgs.json"],
+}
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _fraction(path: Path, value, key: str) -> float:
+    """A score read from a result file: a number in [0, 1] (the files store fractions); MCC may be negative."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not -1 <= value <= 1:
+        raise ValueError(f"{path}: '{key}' must be a number in [-1, 1] (a fraction, not a percentage), got {value!r}")
+    return float(value)
+
+
+def read_overall(run_dir: Path, part: str) -> tuple[float | None, str | None]:
+    """(score in %, file) of a BLiMP-style part, or (None, None) when no file holds it."""
+    for name in SOURCES[part]:
+        path = run_dir / name
+        if path.is_file():
+            results = _read_json(path)
+            if "overall" not in results:
+                raise ValueError(f"{path}: no 'overall' key (the mean accuracy, a fraction in [0, 1])")
+            return 100 * _fraction(path, results["overall"], "overall"), str(path)
+    return None, None
+
+
+def read_glue(run_dir: Path) -> dict[str, float | None]:
+    """{entry: score in %, or None} for the 11 BabyLM entries, from RUN_DIR/glue/<entry>/result.json."""
+    scores = {}
+    for entry in GLUE_ENTRIES:
+        path = run_dir / "glue" / entry / "result.json"
+        if not path.is_file():
+            scores[entry] = None
+            continue
+        result = _read_json(path)
+        if "metric" not in result:
+            raise ValueError(f"{path}: no 'metric' key")
+        scores[entry] = 100 * _fraction(path, result["metric"], "metric")
+    return scores
+
+
+def aggregate(parts: dict[str, float | None], glue_complete: bool) -> dict:
+    """The BabyLM 2023 aggregate of `parts` ({blimp, glue, msgs}: % or None): `aggregate` when everything is present
+    (GLUE with all its entries), else None with `partial_aggregate` = sum_i w_i x_i / sum_i w_i over the parts present
+    and `partial_label` naming what is missing."""
+    present = {part: parts[part] for part in WEIGHTS if parts.get(part) is not None}
+    missing = [TITLES[part] for part in WEIGHTS if part not in present]
+    if not glue_complete and "glue" in present:
+        missing.append("some GLUE tasks")
+    if not missing:
+        value = sum(WEIGHTS[part] * present[part] for part in WEIGHTS)
+        return {"aggregate": value, "partial_aggregate": None, "partial_label": None}
+    partial = None
+    if present:
+        weight = sum(WEIGHTS[part] for part in present)
+        partial = sum(WEIGHTS[part] * value for part, value in present.items()) / weight
+    terms = " + ".join(f"{WEIGHTS[part]} {TITLES[part]}" for part in present)
+    label = f"partial: ({terms}) / {sum(WEIGHTS[p] for p in present):.1f}; missing {', '.join(missing)}"
+    return {"aggregate": None, "partial_aggregate": partial, "partial_label": label if present else None}
+
+
+def build_scorecard(run_dir: str | Path) -> dict:
+    """Reads every available part of `run_dir` and returns the scorecard (scores in %, None where missing)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory not found: {run_dir}")
+    ours = {"name": f"ours ({run_dir.name})"}
+    sources = {}
+    for part in ("blimp", "supplement", "msgs"):
+        ours[part], sources[part] = read_overall(run_dir, part)
+    glue_tasks = read_glue(run_dir)
+    present = [value for value in glue_tasks.values() if value is not None]
+    ours["glue"] = sum(present) / len(present) if present else None
+    ours["glue_tasks"] = glue_tasks
+    ours["glue_num_tasks"] = len(present)
+    ours.update(aggregate(ours, glue_complete=len(present) == len(GLUE_ENTRIES)))
+    missing = [TITLES[part] for part in COLUMNS if ours[part] is None]
+    missing += [f"GLUE {entry}" for entry, value in glue_tasks.items() if value is None and present]
+    return {
+        "run_dir": str(run_dir),
+        "units": "percent",
+        "weights": WEIGHTS,
+        "ours": ours,
+        "paper": PAPER_STRICT_SMALL,
+        "sources": sources,
+        "missing": missing,
+        "paper_missing": ["Supplement", "GLUE per task"],
+    }
+
+
+def _cell(value) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
+
+
+def markdown(card: dict) -> str:
+    ours, paper = card["ours"], card["paper"]
+    glue_note = "" if ours["glue"] is None else f" ({ours['glue_num_tasks']}/{len(GLUE_ENTRIES)} tasks)"
+    header = "| model | BLiMP | Supplement | GLUE | MSGS | Aggregate (0.5 BLiMP + 0.3 GLUE + 0.2 MSGS) |"
+    our_aggregate = _cell(ours["aggregate"])
+    if ours["aggregate"] is None and ours["partial_aggregate"] is not None:
+        our_aggregate = f"n/a; {ours['partial_aggregate']:.1f} ({ours['partial_label']})"
+    lines = [
+        f"# Scorecard: {card['run_dir']}",
+        "",
+        "Scores in %. The aggregate is the BabyLM 2023 one; it is given only when BLiMP, MSGS and all 11 GLUE entries",
+        "are present, otherwise a partial aggregate is shown, labelled, and is not comparable to the paper's.",
+        "",
+        header,
+        "|---|---|---|---|---|---|",
+        f"| {ours['name']} | {_cell(ours['blimp'])} | {_cell(ours['supplement'])} | {_cell(ours['glue'])}{glue_note} "
+        f"| {_cell(ours['msgs'])} | {our_aggregate} |",
+        f"| {paper['name']} | {_cell(paper['blimp'])} | {_cell(paper['supplement'])} | {_cell(paper['glue'])} "
+        f"| {_cell(paper['msgs'])} | {_cell(paper['aggregate'])} |",
+        "",
+        "(Super)GLUE per task (CoLA: MCC; MRPC, QQP: F1; others: accuracy):",
+        "",
+        "| model | " + " | ".join(GLUE_ENTRIES) + " |",
+        "|---|" + "---|" * len(GLUE_ENTRIES),
+        "| ours | " + " | ".join(_cell(ours["glue_tasks"][entry]) for entry in GLUE_ENTRIES) + " |",
+        "| paper | " + " | ".join(_cell(paper["glue_tasks"][entry]) for entry in GLUE_ENTRIES) + " |",
+        "",
+        f"Missing here: {', '.join(card['missing']) or 'nothing'}. "
+        f"Not in the docs for the paper row: {', '.join(card['paper_missing'])}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(card: dict, path: Path) -> None:
+    """Grouped bars, ours beside the paper, per column; missing values are left out."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = [*COLUMNS, "aggregate"]
+    figure, axes = plt.subplots(figsize=(7, 4))
+    for offset, (row, label) in enumerate([(card["ours"], "ours"), (card["paper"], "paper")]):
+        values = [
+            row[c] if row[c] is not None else (row.get("partial_aggregate") if c == "aggregate" else None)
+            for c in columns
+        ]
+        xs = [i + (offset - 0.5) * 0.38 for i, v in enumerate(values) if v is not None]
+        axes.bar(xs, [v for v in values if v is not None], width=0.38, label=label)
+    axes.set_xticks(range(len(columns)), [TITLES[c] for c in columns])
+    if card["ours"]["aggregate"] is None and card["ours"]["partial_aggregate"] is not None:
+        axes.set_xlabel("ours' aggregate is partial (see scorecard.md)")
+    axes.set_ylabel("score (%)")
+    axes.set_ylim(0, 100)
+    axes.set_title("BabyLM scorecard")
+    axes.grid(axis="y", alpha=0.3)
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def scorecard(run_dir: str | Path, quiet: bool = False) -> dict:
+    """Builds the scorecard of `run_dir`, writes scorecard.json / .md / .png there, prints the table; returns it."""
+    card = build_scorecard(run_dir)
+    run_dir = Path(run_dir)
+    (run_dir / "scorecard.json").write_text(json.dumps(card, indent=2) + "\n")
+    table = markdown(card)
+    (run_dir / "scorecard.md").write_text(table)
+    bar_chart(card, run_dir / "scorecard.png")
+    if not quiet:
+        print(table)
+    return card
