@@ -193,11 +193,14 @@ def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
     assert "cola: finished before" in capsys.readouterr().out
 
 
-def test_early_stopping_stops_when_the_dev_metric_stalls(tmp_path, tiny_elc_folder):
-    """With a zero learning rate the dev metric never improves: patience 1 stops after the 2nd of 6 epochs."""
+@pytest.mark.parametrize("eval_steps", [None, 100])
+def test_early_stopping_stops_when_the_dev_metric_stalls(tmp_path, tiny_elc_folder, eval_steps):
+    """With a zero learning rate the dev metric never improves: patience 1 stops after the 2nd of 6 epochs. With
+    eval_steps 100 > 3 steps per epoch (12 examples, batch 4), evaluation still comes once per epoch."""
     data = tmp_path / "glue_data"
     make_task_folder(data)
     config = tiny_config(tiny_elc_folder, data, output_dir=str(tmp_path / "run"), tasks=["cola"], epochs=6)
+    config.eval_steps = eval_steps
     config.learning_rate, config.patience = 0.0, 1
     finetune_glue(config)
     result = json.loads((tmp_path / "run" / "glue" / "cola" / "result.json").read_text())

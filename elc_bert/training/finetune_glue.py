@@ -23,6 +23,7 @@ task, and `OUTPUT_DIR/glue/results.json` + `results.md` over all tasks. A task w
 
 import gzip
 import json
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,7 +87,8 @@ class FinetuneGlueConfig:
     batch_size: int = 64
     eval_batch_size: int = 128
     epochs: float = 10.0
-    eval_steps: int | None = None  # evaluate (and count patience) every N steps; None: once per epoch
+    # Evaluate (and count patience) every N optimiser steps, at most one epoch apart; None: once per epoch.
+    eval_steps: int | None = None
     patience: int = 10
     large_tasks: list[str] = field(default_factory=lambda: ["mnli", "qqp", "qnli", "sst2"])
     large_task_patience: int = 100
@@ -295,6 +297,10 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
     task_dir = glue_dir / task.name
     checkpoints = task_dir / "checkpoints"
     strategy = "steps" if config.eval_steps else "epoch"
+    # Never fewer than one evaluation per epoch: the BabyLM cadence (200 steps) would skip most small tasks' epochs.
+    accumulation = int(config.training.get("gradient_accumulation_steps", 1))
+    steps_per_epoch = max(1, math.ceil(len(train) / (config.batch_size * accumulation)))
+    eval_every = min(config.eval_steps, steps_per_epoch) if config.eval_steps else None
     best_metric = f"dev_{task.metric}"  # the Trainer prefixes eval_ (MNLI: the matched dev set)
     arguments = dict(
         output_dir=str(checkpoints),
@@ -312,19 +318,20 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
         metric_for_best_model=best_metric,
         greater_is_better=True,
         save_total_limit=1,  # the best checkpoint is kept besides the last one
+        save_only_model=True,  # no optimiser state: checkpoints only serve load_best_model_at_end
         seed=config.seed,
         report_to=[],
         disable_tqdm=False,
     )
-    if config.eval_steps:
-        arguments.update(eval_steps=config.eval_steps, save_steps=config.eval_steps, logging_steps=config.eval_steps)
+    if eval_every:
+        arguments.update(eval_steps=eval_every, save_steps=eval_every, logging_steps=eval_every)
     arguments.update(config.training)
     patience = config.large_task_patience if task.name in config.large_tasks else config.patience
     trainer = Trainer(
         model=model,
         args=TrainingArguments(**arguments),
         train_dataset=train,
-        eval_dataset=devs,
+        eval_dataset={"dev": devs["dev"]},  # early stopping on the task's own dev set (MNLI: matched only)
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=_dev_metric_fn(task),
         callbacks=[EarlyStoppingCallback(early_stopping_patience=patience)],
