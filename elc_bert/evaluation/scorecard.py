@@ -177,6 +177,10 @@ def markdown(card: dict) -> str:
         "",
         f"Missing here: {', '.join(card['missing']) or 'nothing'}. "
         f"Not in the docs for the paper row: {', '.join(card['paper_missing'])}.",
+        "",
+        "The paper's row is the BabyLM 2023 leaderboard (2023 filtered evaluation data, full GLUE training sets);",
+        "scores on other versions of the data (e.g. the BabyLM 2024 files) or capped training sets are not the same",
+        "measurement.",
     ]
     return "\n".join(lines) + "\n"
 
