@@ -2,6 +2,7 @@
 
 import argparse
 import json
+from pathlib import Path
 
 from .training.config import load_config
 
@@ -48,6 +49,15 @@ def main(argv=None):
     convert_parser.add_argument("source", help="folder of a reference checkpoint (model_type ltgbert)")
     convert_parser.add_argument("out_dir", help="the folder to write")
     convert_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    analyze_parser = commands.add_parser("analyze", help="which layers count: ablations, Painters sweep, similarity")
+    analyze_parser.add_argument("model", help="a model folder, run directory or Hub name")
+    analyze_parser.add_argument("--data", required=True, help="text file (.gz ok, one sentence a line) or a folder")
+    analyze_parser.add_argument("--out", required=True, help="output folder: report.md, report.json, PNGs")
+    analyze_parser.add_argument(
+        "--strategies", nargs="*", help="Painters strategies (default: all; none: no sweep)", default=None
+    )
+    analyze_parser.add_argument("--max-sentences", type=int, default=256, help="text sample size (default 256)")
+    analyze_parser.add_argument("--seed", type=int, default=0, help="masks of the masked-token loss, random orders")
     args = parser.parse_args(argv)
 
     if args.command == "pretrain":
@@ -75,6 +85,15 @@ def main(argv=None):
         from .evaluation.blimp import eval_blimp_cli
 
         eval_blimp_cli(args)
+    elif args.command == "analyze":
+        from .analysis.interventions import STRATEGIES
+        from .analysis.report import analyze, load_model, load_sentences
+        from .training.finetune_ner import resolve_model
+
+        model, tokenizer = load_model(resolve_model(args.model))
+        strategies = STRATEGIES if args.strategies is None else args.strategies
+        analyze(model, tokenizer, load_sentences(args.data, args.max_sentences), args.out, strategies, seed=args.seed)
+        print((Path(args.out) / "report.md").read_text())
     elif args.command == "export":
         from .hub.export import export
         from .training.finetune_ner import resolve_model

@@ -1,0 +1,217 @@
+"""Layer plans: run a loaded model's layers skipped, reordered, repeated or in parallel, without copying or changing
+its weights (Sun et al., "Transformer Layers as Painters"; see docs/layer-analysis.md).
+
+A plan is a list of steps over the model's layer indices 0..T-1: an `int` runs that layer, a `Parallel` runs a group
+of layers on the same input and averages their outputs (k times, feeding the average back: looped parallel).
+
+    with apply_layer_plan(model, painters_plan("reverse", num_layers=12, start=2)):
+        outputs = model(**batch)
+    # here the model is exactly as before
+
+Residual stacks (BERT, RoBERTa, XLM-R, LTG-BERT, Llama-style decoders) run the plan's layers in order on the residual
+stream. Decoders: run with `use_cache=False` (a repeated layer would write its KV-cache slot twice); rotary position
+embeddings are computed once per forward and handed to every layer, so reordering keeps them right.
+
+ELC-BERT has no single stream: block n reads softmax(theta^(n)) over the states y_0..y_{n-1}. Under a plan every
+state keeps its identity (block j's output fills slot y_{j+1}; a block run again overwrites its slot), and each block
+reads its own mixture over the slots filled so far, renormalised (a softmax over their logits only). So a skipped
+block contributes nothing to any later mixture, and the identity plan is the plain forward. In a parallel group every
+block reads the state before the group and writes its own slot.
+"""
+
+import contextlib
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Layers run on the same input, outputs averaged; `iterations` > 1 feeds the average back (looped parallel)."""
+
+    layers: tuple[int, ...]
+    iterations: int = 1
+
+
+def painters_plan(strategy: str, num_layers: int, start: int, seed: int = 0, iterations: int = 3) -> list:
+    """The Painters (N, T) convention: layers 0..N and the last N layers (T-N..T-1) run as usual; the M = T-2N-1
+    middle layers N+1..T-N-1 are dropped (skip), replaced by the centre layer (the upper of the two centre layers
+    when M is even) M times (middle_repeat), reversed,
+    shuffled with `seed` (random), run as one parallel block (parallel), or as a parallel block looped
+    `iterations` times (looped_parallel)."""
+    middle = list(range(start + 1, num_layers - start))
+    if start < 0 or not middle:
+        raise ValueError(
+            f"start N={start} leaves no middle layers in a {num_layers}-layer model (need 0 <= N <= T/2-1)"
+        )
+    head, tail = list(range(start + 1)), list(range(num_layers - start, num_layers))
+    if strategy == "skip":
+        changed = []
+    elif strategy == "middle_repeat":
+        changed = [middle[len(middle) // 2]] * len(middle)  # the centre layer (the upper one when M is even)
+    elif strategy == "reverse":
+        changed = middle[::-1]
+    elif strategy == "random":
+        changed = middle[:]
+        random.Random(seed).shuffle(changed)
+    elif strategy == "parallel":
+        changed = [Parallel(tuple(middle), 1)]
+    elif strategy == "looped_parallel":
+        changed = [Parallel(tuple(middle), iterations)]
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
+    return head + changed + tail
+
+
+def skip_plan(num_layers: int, skipped) -> list:
+    """Every layer in order except those in `skipped` (leave-one-out ablation: one index)."""
+    skipped = {skipped} if isinstance(skipped, int) else set(skipped)
+    return [i for i in range(num_layers) if i not in skipped]
+
+
+def swap_plan(num_layers: int, first: int) -> list:
+    """Layers `first` and `first + 1` swapped (the Painters single-layer probe)."""
+    plan = list(range(num_layers))
+    plan[first], plan[first + 1] = plan[first + 1], plan[first]
+    return plan
+
+
+def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
+    """The module holding the model's layer ModuleList, and its attribute name."""
+    for module in model.modules():
+        for name in ("layer", "layers"):
+            candidate = getattr(module, name, None)
+            if isinstance(candidate, nn.ModuleList) and len(candidate) and _is_block_list(module, name):
+                return module, name
+    raise ValueError(f"{type(model).__name__}: no layer list found (expected an encoder's `layer` or a `layers` list)")
+
+
+def _is_block_list(module: nn.Module, name: str) -> bool:
+    # BertEncoder.layer, LlamaModel.layers, ElcBertEncoder.layers; not e.g. a fusion head's per-depth list
+    return type(module).__name__.endswith(("Encoder", "Model", "Decoder", "Transformer"))
+
+
+def num_layers(model: nn.Module) -> int:
+    owner, name = layer_list(model)
+    return len(getattr(owner, name))
+
+
+class _ParallelBlock(nn.Module):
+    """Runs `blocks` on one input and averages their outputs, `iterations` times; keeps the output format of the
+    wrapped layers (a tensor, or a tuple whose first item is the hidden states)."""
+
+    def __init__(self, blocks: list[nn.Module], iterations: int):
+        super().__init__()
+        self.blocks, self.iterations = blocks, iterations  # a plain list: no re-registration of the modules
+
+    def forward(self, hidden_states, *args, **kwargs):
+        for _ in range(self.iterations):
+            outputs = [block(hidden_states, *args, **kwargs) for block in self.blocks]
+            states = [output[0] if isinstance(output, tuple) else output for output in outputs]
+            hidden_states = torch.stack(states).mean(0)
+        if isinstance(outputs[0], tuple):
+            return (hidden_states, *([None] * (len(outputs[0]) - 1)))
+        return hidden_states
+
+
+def _check(plan: list, total: int):
+    for step in plan:
+        indices = step.layers if isinstance(step, Parallel) else (step,)
+        for index in indices:
+            if not isinstance(index, int) or not 0 <= index < total:
+                raise ValueError(f"layer plan step {step!r}: layer indices must be ints in 0..{total - 1}")
+
+
+@contextlib.contextmanager
+def apply_layer_plan(model: nn.Module, plan: list):
+    """Runs `model` with its layers as `plan` says inside the `with` block; restores it exactly on leaving."""
+    owner, name = layer_list(model)
+    original = getattr(owner, name)
+    _check(plan, len(original))
+    if getattr(owner, "elc", False):  # ELC-BERT's encoder: mixtures over the slots, see the module docstring
+        owner.forward = _elc_forward(owner, plan)
+        try:
+            yield model
+        finally:
+            del owner.forward  # the instance attribute; the class's forward is back
+        return
+    steps = [
+        _ParallelBlock([original[i] for i in step.layers], step.iterations)
+        if isinstance(step, Parallel)
+        else original[step]
+        for step in plan
+    ]
+    # Assigning through the module's own dict keeps `original` registered nowhere else and untouched.
+    owner._modules[name] = nn.ModuleList(steps)
+    try:
+        yield model
+    finally:
+        owner._modules[name] = original
+
+
+def _elc_forward(encoder, plan: list):
+    """ELC-BERT's encoder forward under `plan` (slot semantics of the module docstring), written as plain tensor
+    code: analysis runs are short, and the mixture need not be the training path's fused one."""
+    layers = encoder.layers
+
+    def mix(layer, slots: dict) -> torch.Tensor:
+        filled = sorted(index for index in slots if index < len(layer.prev_layer_weights))  # y_0..y_{n-1}
+        logits = layer.prev_layer_weights[filled]
+        weights = torch.softmax(logits.float(), dim=0)
+        return sum(w.to(slots[i].dtype) * slots[i] for w, i in zip(weights, filled))
+
+    def forward(
+        embeddings,
+        relative_embedding,
+        position_buckets,
+        padding_mask=None,
+        output_attentions=False,
+        output_hidden_states=False,
+    ):
+        slots, states, attentions = {0: embeddings}, [embeddings], []
+        output = embeddings
+        for step in plan:
+            group = step.layers if isinstance(step, Parallel) else (step,)
+            iterations = step.iterations if isinstance(step, Parallel) else 1
+            for _ in range(iterations):
+                outputs = {}
+                for index in group:
+                    layer = layers[index]
+                    output, probabilities = layer(
+                        mix(layer, slots), relative_embedding, position_buckets, padding_mask, output_attentions
+                    )
+                    outputs[index + 1] = output
+                    attentions.append(probabilities)
+                slots.update(outputs)
+                output = torch.stack(list(outputs.values())).mean(0)
+            if output_hidden_states:
+                states.append(output)
+        if hasattr(encoder, "output_layer_weights"):
+            filled = sorted(slots)
+            weights = torch.softmax(encoder.output_layer_weights[filled].float(), dim=0)
+            output = sum(w.to(slots[i].dtype) * slots[i] for w, i in zip(weights, filled))
+        return output, states, attentions
+
+    return forward
+
+
+@contextlib.contextmanager
+def scale_layer_weights(model: nn.Module, index: int, factor: float):
+    """Multiplies every weight of layer `index` by `factor` inside the `with` block (0.9 in the heterogeneity
+    study); the original tensors are copied back on leaving, bit for bit."""
+    owner, name = layer_list(model)
+    parameters = list(getattr(owner, name)[index].parameters())
+    saved = [parameter.detach().clone() for parameter in parameters]
+    try:
+        with torch.no_grad():
+            for parameter in parameters:
+                parameter.mul_(factor)
+        yield model
+    finally:
+        with torch.no_grad():
+            for parameter, original in zip(parameters, saved):
+                parameter.copy_(original)

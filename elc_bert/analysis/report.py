@@ -1,0 +1,207 @@
+"""`elc-bert analyze`: every measurement of `metrics.py` on one model and a text sample, as report.md, report.json
+and PNG plots."""
+
+import gzip
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from .interventions import STRATEGIES  # noqa: E402
+from .metrics import (  # noqa: E402
+    TaskMetric,
+    depth_profiles,
+    leave_one_out,
+    painters_sweep,
+    representation_metrics,
+    text_batches,
+    weight_statistics,
+)
+
+
+def load_model(path: str):
+    """The model with its language-modelling head when its config names one (masked or causal), else the bare
+    model (e.g. the MiniLM sentence encoder); and its tokenizer. Imports elc_bert so that our Auto classes load."""
+    import transformers
+
+    import elc_bert  # noqa: F401
+
+    config = transformers.AutoConfig.from_pretrained(path)
+    architectures = config.architectures or []
+    if any(name.endswith("ForMaskedLM") for name in architectures):
+        auto = transformers.AutoModelForMaskedLM
+    elif any(name.endswith("ForCausalLM") for name in architectures):
+        auto = transformers.AutoModelForCausalLM
+    else:
+        auto = transformers.AutoModel
+    tokenizer_path = Path(path) / "tokenizer" if (Path(path) / "tokenizer" / "tokenizer.json").exists() else path
+    return auto.from_pretrained(path), transformers.AutoTokenizer.from_pretrained(tokenizer_path)
+
+
+def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 5) -> list[str]:
+    """Up to `max_sentences` lines of at least `min_words` words from a text file (gzip when it ends in .gz) or a
+    folder (its files whose name holds "test", else all, sorted; e.g. WikiText-2's test split). WikiText headings
+    (`= Title =`) are left out."""
+    data = Path(data)
+    if data.is_dir():
+        files = sorted(p for p in data.rglob("*") if p.is_file() and not p.name.startswith("."))
+        files = [p for p in files if "test" in p.name] or files
+    elif data.is_file():
+        files = [data]
+    else:
+        raise FileNotFoundError(f"--data {data}: no such file or folder")
+    sentences = []
+    for path in files:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            for line in handle:
+                line = line.strip()
+                if len(line.split()) >= min_words and not (line.startswith("=") and line.endswith("=")):
+                    sentences.append(line)
+                if len(sentences) >= max_sentences:
+                    return sentences
+    if not sentences:
+        raise ValueError(f"--data {data}: no line of at least {min_words} words in {[str(f) for f in files]}")
+    return sentences
+
+
+def analyze(
+    model,
+    tokenizer,
+    sentences: list[str],
+    out_dir: str | Path,
+    strategies=STRATEGIES,
+    batch_size: int = 16,
+    max_length: int = 128,
+    seed: int = 0,
+) -> dict:
+    """Runs every measurement and writes `out_dir`/report.json, report.md and the PNGs; returns the report."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.eval()
+    batches = text_batches(tokenizer, sentences, batch_size, max_length)
+    metric = TaskMetric(model, tokenizer, batches, seed=seed)
+    report = {
+        "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
+        "sentences": len(sentences),
+        "representation": representation_metrics(model, batches),
+        "weights": weight_statistics(model, seed=seed),
+        "leave_one_out": leave_one_out(model, metric),
+        "painters": painters_sweep(model, metric, strategies=strategies) if strategies else None,
+        "depth_profiles": depth_profiles(model, batches),
+    }
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
+    (out_dir / "report.md").write_text(markdown(report))
+    plots(report, out_dir)
+    return report
+
+
+def markdown(report: dict) -> str:
+    representation, weights, loo = report["representation"], report["weights"], report["leave_one_out"]
+    lines = [
+        f"# Layer analysis: {report['model']}",
+        "",
+        f"{report['sentences']} sentences, {representation['tokens']} real tokens. Metric: {loo['metric']} "
+        f"(lower is better); unmodified model: {loo['baseline']:.4f}.",
+        "",
+        "## Leave-one-out ablation",
+        "",
+        "| layer skipped | metric | change | removal helps |",
+        "|---|---|---|---|",
+    ]
+    for row in loo["layers"]:
+        change = "n/a" if row["change_percent"] is None else f"{row['change_percent']:+.1f}%"
+        lines.append(f"| {row['layer']} | {row['metric']:.4f} | {change} | {'yes' if row['removal_helps'] else ''} |")
+    lines += [
+        "",
+        "## Layer stream (layer l maps h_l to h_l+1)",
+        "",
+        "| layer | block influence (1 - cos) | angular distance | relative magnitude | weight norm |",
+        "|---|---|---|---|---|",
+    ]
+    for layer, (bi, angle, magnitude) in enumerate(
+        zip(representation["block_influence"], representation["angular_distance"], representation["relative_magnitude"])
+    ):
+        lines.append(f"| {layer} | {bi:.4f} | {angle:.4f} | {magnitude:.4f} | {weights['layers'][layer]['norm']:.2f} |")
+    lines += [
+        "",
+        f"Consecutive weight-delta correlation: {weights['delta_correlation']:.3f}; with the layers shuffled "
+        f"(null): {weights['delta_correlation_shuffled_mean']:.3f} +- {weights['delta_correlation_shuffled_std']:.3f} "
+        "(independent layers give -0.5 by construction).",
+    ]
+    if report["painters"]:
+        painters = report["painters"]
+        strategies = list(painters["curves"])
+        counts = [point["middle_layers"] for point in painters["curves"][strategies[0]]]
+        lines += ["", "## Painters sweep", "", f"{painters['metric']} by middle layers changed (M).", ""]
+        lines += ["| strategy | " + " | ".join(f"M = {m}" for m in counts) + " |", "|---" * (len(counts) + 1) + "|"]
+        for strategy in strategies:
+            cells = [f"{point['metric']:.4f}" for point in painters["curves"][strategy]]
+            lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
+    lines += ["", "Plots: similarity_cosine.png, similarity_cka.png, layer_metrics.png, leave_one_out.png"]
+    if report["painters"]:
+        lines[-1] += ", painters_sweep.png"
+    if report["depth_profiles"]:
+        lines[-1] += ", depth_profiles.png"
+    return "\n".join(lines) + "\n"
+
+
+def plots(report: dict, out_dir: Path):
+    representation = report["representation"]
+    for key, title in (("cosine_map", "cosine"), ("cka_map", "linear CKA")):
+        figure, axis = plt.subplots(figsize=(5, 4.2))
+        image = axis.imshow(representation[key], cmap="viridis", vmin=0, vmax=1)
+        axis.set(title=f"Layer-stream similarity ({title})", xlabel="h_j", ylabel="h_i")
+        figure.colorbar(image)
+        figure.tight_layout()
+        figure.savefig(out_dir / f"similarity_{'cosine' if key == 'cosine_map' else 'cka'}.png", dpi=120)
+        plt.close(figure)
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for key in ("block_influence", "angular_distance", "relative_magnitude"):
+        axis.plot(representation[key], marker="o", label=key.replace("_", " "))
+    axis.set(xlabel="layer", title="Layer stream metrics")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out_dir / "layer_metrics.png", dpi=120)
+    plt.close(figure)
+
+    loo = report["leave_one_out"]
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    values = [row["metric"] for row in loo["layers"]]
+    axis.bar(
+        range(len(values)), values, color=["tab:green" if row["removal_helps"] else "tab:blue" for row in loo["layers"]]
+    )
+    axis.axhline(loo["baseline"], color="black", linestyle="--", label="no layer skipped")
+    axis.set(xlabel="layer skipped", ylabel=loo["metric"], title="Leave-one-out (green: removal helps)")
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(out_dir / "leave_one_out.png", dpi=120)
+    plt.close(figure)
+
+    if report["painters"]:
+        painters = report["painters"]
+        figure, axis = plt.subplots(figsize=(6, 4))
+        for strategy, points in painters["curves"].items():
+            axis.plot([p["middle_layers"] for p in points], [p["metric"] for p in points], marker="o", label=strategy)
+        axis.axhline(painters["baseline"], color="black", linestyle="--", label="unmodified")
+        axis.set(xlabel="middle layers changed (M)", ylabel=painters["metric"], title="Painters sweep")
+        axis.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(out_dir / "painters_sweep.png", dpi=120)
+        plt.close(figure)
+
+    profiles = report["depth_profiles"]
+    if profiles:
+        figure, axes = plt.subplots(1, len(profiles), figsize=(5 * len(profiles), 4), squeeze=False)
+        for axis, (key, values) in zip(axes[0], profiles.items()):
+            matrix = values if isinstance(values[0], list) else [values]
+            image = axis.imshow(matrix, cmap="viridis", vmin=0, vmax=1, aspect="auto")
+            axis.set(title=key.replace("_", " "), xlabel="source state (0 = embeddings)")
+            figure.colorbar(image, ax=axis)
+        figure.tight_layout()
+        figure.savefig(out_dir / "depth_profiles.png", dpi=120)
+        plt.close(figure)

