@@ -135,6 +135,9 @@ def test_bad_lines_name_file_and_line(tmp_path):
     assert len(read_task_file(path, TASKS["rte"], limit=2)) == 2  # the cap stops before the bad line
     with pytest.raises(ValueError, match="unknown"):
         FinetuneGlueConfig(model="m", data_dir="d", tasks=["mnli-mm"])
+    assert FinetuneGlueConfig(model="m", data_dir="d", learning_rate="2e-4").learning_rate == 2e-4  # YAML's 2e-4
+    with pytest.raises(ValueError, match="learning_rate must be a number"):
+        FinetuneGlueConfig(model="m", data_dir="d", learning_rate="fast")
 
 
 @pytest.fixture(scope="module")

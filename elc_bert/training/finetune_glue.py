@@ -102,6 +102,12 @@ class FinetuneGlueConfig:
     training: dict = field(default_factory=dict)  # further TrainingArguments
 
     def __post_init__(self):
+        for name in ("learning_rate", "epochs", "warmup", "weight_decay"):
+            value = getattr(self, name)
+            try:  # YAML reads 2e-4 (no dot) as a string
+                setattr(self, name, float(value))
+            except (TypeError, ValueError):
+                raise ValueError(f"{name} must be a number, got {value!r}") from None
         unknown = [task for task in self.tasks if task not in TASKS]
         if unknown:
             hint = " (mnli-mm is scored by the mnli run)" if "mnli-mm" in unknown else ""
