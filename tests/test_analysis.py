@@ -15,6 +15,7 @@ from elc_bert.analysis import (
     TaskMetric,
     apply_layer_plan,
     layer_stream,
+    leave_one_out,
     linear_cka,
     painters_plan,
     representation_metrics,
@@ -309,3 +310,5 @@ def test_minilm_without_intervention_matches_the_plain_forward():
     assert torch.equal(planned, hidden[-1])
     drift = TaskMetric(model, tokenizer, [inputs])
     assert drift() == pytest.approx(0.0, abs=1e-6)
+    loo = leave_one_out(model, drift)
+    assert all(row["change_percent"] is None and row["metric"] > 1e-3 for row in loo["layers"])

@@ -114,6 +114,7 @@ class TaskMetric:
 
     def __init__(self, model, tokenizer, batches: list[dict], seed: int = 0, mask_p: float = 0.15):
         self.model, self.batches = model, batches
+        self.relative = True  # changes are reported in % of the unmodified model's value
         if has_lm_head(model) and _is_causal(model):
             self.name = "next-token loss"
             self.labels = [b["input_ids"].masked_fill(b["attention_mask"] == 0, -100) for b in batches]
@@ -135,6 +136,7 @@ class TaskMetric:
                 self.inputs.append(batch["input_ids"].masked_fill(masked, tokenizer.mask_token_id))
         else:
             self.name = "representation drift (1 - cos of the final output)"
+            self.relative = False
             self.reference = [self._final(batch) for batch in batches]
 
     @torch.inference_mode()
@@ -160,16 +162,24 @@ class TaskMetric:
 
 
 def leave_one_out(model, metric: TaskMetric) -> dict:
-    """The metric with each layer skipped in turn, and its change in % of the unmodified model's (for a drift metric,
-    whose baseline is 0, the change is the drift itself). A layer whose removal lowers the metric helps when removed."""
+    """The metric with each layer skipped in turn, and its change in % of the unmodified model's (none for the drift
+    metric, whose baseline is 0: the drift is itself the change). A layer whose removal lowers a loss helps when
+    removed."""
     total = len(getattr(*layer_list(model)))
     base = metric()
     rows = []
     for layer in tqdm(range(total), desc="leave-one-out"):
         with apply_layer_plan(model, skip_plan(total, layer)):
             value = metric()
-        change = 100 * (value - base) / abs(base) if base else None
-        rows.append({"layer": layer, "metric": value, "change_percent": change, "removal_helps": value < base})
+        change = 100 * (value - base) / abs(base) if metric.relative else None
+        rows.append(
+            {
+                "layer": layer,
+                "metric": value,
+                "change_percent": change,
+                "removal_helps": metric.relative and value < base,
+            }
+        )
     return {"metric": metric.name, "baseline": base, "layers": rows}
 
 
