@@ -8,12 +8,22 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    BertConfig,
+    BertForMaskedLM,
+    BertForSequenceClassification,
+    BertModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
 
 from elc_bert.analysis import (
+    CustomMetric,
     Parallel,
     TaskMetric,
     apply_layer_plan,
+    depth_profiles,
     layer_stream,
     leave_one_out,
     linear_cka,
@@ -26,6 +36,7 @@ from elc_bert.analysis import (
 )
 from elc_bert.cli import main
 from elc_bert.models.elc_bert import ElcBertConfig, ElcBertModel
+from elc_bert.models.layer_fusion import LayerFusionModel
 
 
 def tiny_bert(layers=4, cls=BertModel):
@@ -312,3 +323,40 @@ def test_minilm_without_intervention_matches_the_plain_forward():
     assert drift() == pytest.approx(0.0, abs=1e-6)
     loo = leave_one_out(model, drift)
     assert all(row["change_percent"] is None and row["metric"] > 1e-3 for row in loo["layers"])
+
+
+def test_task_metric_of_a_fine_tuned_head_under_leave_one_out():
+    """A CustomMetric (accuracy of a classification head) against the same accuracy of physically pruned copies."""
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64)
+    model = BertForSequenceClassification(config).eval()
+    inputs = batch()
+    torch.manual_seed(3)
+    inputs["input_ids"] = torch.randint(5, 64, (40, 9))
+    inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
+    labels = torch.randint(0, 2, (40,))
+
+    def accuracy(m):
+        with torch.no_grad():
+            return float((m(**inputs).logits.argmax(-1) == labels).float().mean())
+
+    result = leave_one_out(model, CustomMetric("accuracy", lambda: accuracy(model), higher_is_better=True))
+    base = accuracy(model)
+    assert result["baseline"] == base
+    for row in result["layers"]:
+        pruned = copy.deepcopy(model)
+        del pruned.bert.encoder.layer[row["layer"]]
+        assert row["metric"] == accuracy(pruned)
+        assert row["removal_helps"] == (row["metric"] > base)
+
+
+def test_depth_profiles_of_elc_and_dwatt(tmp_path):
+    model, inputs = _elc(), batch()
+    assert depth_profiles(model, [inputs])["alpha"] == model.layer_weights().tolist()
+    tiny_bert().save_pretrained(tmp_path / "bert")
+    fusion = LayerFusionModel.from_backbone(str(tmp_path / "bert"), fusion="dwatt")
+    profile = depth_profiles(fusion, [inputs])["dwatt_depth_weights"]
+    with torch.no_grad():
+        weights = fusion(**inputs).depth_weights[inputs["attention_mask"].bool()]
+    assert profile == pytest.approx(weights.mean(0).tolist(), abs=1e-6)
+    assert len(profile) == 5 and sum(profile) == pytest.approx(1.0, abs=1e-5)

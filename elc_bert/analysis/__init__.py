@@ -10,6 +10,7 @@ from .interventions import (
     swap_plan,
 )
 from .metrics import (
+    CustomMetric,
     TaskMetric,
     depth_profiles,
     layer_stream,
@@ -23,6 +24,7 @@ from .metrics import (
 from .report import analyze, load_sentences
 
 __all__ = [
+    "CustomMetric",
     "STRATEGIES",
     "Parallel",
     "TaskMetric",

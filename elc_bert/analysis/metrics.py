@@ -161,10 +161,22 @@ class TaskMetric:
         return total / max(count, 1)
 
 
-def leave_one_out(model, metric: TaskMetric) -> dict:
+class CustomMetric:
+    """Any number a plan can be judged by, e.g. a fine-tuned head's dev F1 or accuracy: `compute()` evaluates the
+    model as it runs now (inside a plan, with the plan). Lower is better unless `higher_is_better`."""
+
+    def __init__(self, name: str, compute, higher_is_better: bool = False):
+        self.name, self.compute, self.higher_is_better = name, compute, higher_is_better
+        self.relative = True
+
+    def __call__(self) -> float:
+        return float(self.compute())
+
+
+def leave_one_out(model, metric) -> dict:
     """The metric with each layer skipped in turn, and its change in % of the unmodified model's (none for the drift
-    metric, whose baseline is 0: the drift is itself the change). A layer whose removal lowers a loss helps when
-    removed."""
+    metric, whose baseline is 0: the drift is itself the change). `metric` is a TaskMetric or a CustomMetric (e.g.
+    a fine-tuned head's dev F1); a layer whose removal improves it is flagged."""
     total = len(getattr(*layer_list(model)))
     base = metric()
     rows = []
@@ -177,13 +189,17 @@ def leave_one_out(model, metric: TaskMetric) -> dict:
                 "layer": layer,
                 "metric": value,
                 "change_percent": change,
-                "removal_helps": metric.relative and value < base,
+                "removal_helps": metric.relative and _better(metric, value, base),
             }
         )
     return {"metric": metric.name, "baseline": base, "layers": rows}
 
 
-def painters_sweep(model, metric: TaskMetric, strategies=STRATEGIES, seeds: int = 3, iterations: int = 3) -> dict:
+def _better(metric, value: float, base: float) -> bool:
+    return value > base if getattr(metric, "higher_is_better", False) else value < base
+
+
+def painters_sweep(model, metric, strategies=STRATEGIES, seeds: int = 3, iterations: int = 3) -> dict:
     """The metric for every strategy and start N (so M = T - 2N - 1 middle layers changed, from 1 to T - 1); the
     random strategy averages `seeds` orders."""
     total = len(getattr(*layer_list(model)))

@@ -1,0 +1,65 @@
+"""Layer analysis of the trained models (issue 8, experiment 4).
+
+    python scripts/layer_analysis.py configs/experiments/layer_analysis.yaml
+
+Runs `elc-bert analyze` (all Painters strategies) for every model of the YAML file into `results_dir`/<name>/ (a model
+whose report.json exists is skipped; one whose folder is missing is reported and skipped), then writes
+`results_dir`/results.md: the leave-one-out table of every model side by side.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from elc_bert.analysis import analyze, load_sentences
+from elc_bert.analysis.report import load_model
+from elc_bert.training.finetune_ner import resolve_model
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plan", type=Path)
+    args = parser.parse_args()
+    plan = yaml.safe_load(args.plan.read_text())
+    results_dir = Path(plan["results_dir"])
+    sentences = load_sentences(plan["data"], plan["max_sentences"])
+    reports = {}
+    for name, model_path in plan["models"].items():
+        out = results_dir / name
+        if not (out / "report.json").exists():
+            path = resolve_model(model_path)
+            if not Path(path).exists():
+                print(f"skipping {name}: {path} does not exist (train it first)")
+                continue
+            print(f"\n== {name} ==")
+            model, tokenizer = load_model(path)
+            analyze(model, tokenizer, sentences, out)
+        reports[name] = json.loads((out / "report.json").read_text())
+
+    lines = [
+        f"Leave-one-out ablation on {plan['max_sentences']} WikiText-2 test sentences: the metric with each layer "
+        "skipped (change vs the unmodified model in brackets where it is a loss). Command: `python "
+        "scripts/layer_analysis.py configs/experiments/layer_analysis.yaml`; full reports and plots in "
+        f"`{results_dir}/<model>/`.",
+        "",
+        "| model | metric | unmodified | "
+        + " | ".join(f"skip {i}" for i in range(max(len(r["leave_one_out"]["layers"]) for r in reports.values())))
+        + " |",
+    ]
+    lines.append("|---" * (lines[-1].count("|") - 1) + "|")
+    for name, report in reports.items():
+        loo = report["leave_one_out"]
+        cells = [
+            f"{row['metric']:.3f}" + ("" if row["change_percent"] is None else f" ({row['change_percent']:+.0f}%)")
+            for row in loo["layers"]
+        ]
+        lines.append(f"| {name} | {loo['metric']} | {loo['baseline']:.3f} | " + " | ".join(cells) + " |")
+    results_dir.mkdir(parents=True, exist_ok=True)
+    (results_dir / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
