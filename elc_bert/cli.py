@@ -58,6 +58,10 @@ def main(argv=None):
     )
     analyze_parser.add_argument("--max-sentences", type=int, default=256, help="text sample size (default 256)")
     analyze_parser.add_argument("--seed", type=int, default=0, help="masks of the masked-token loss, random orders")
+    analyze_parser.add_argument(
+        "--metric", choices=("auto", "pppl"), default="auto", help="auto: masked-token loss (fixed masks); pppl: exact"
+    )
+    analyze_parser.add_argument("--pppl-sentences", type=int, default=16, help="sample size of --metric pppl")
     args = parser.parse_args(argv)
 
     if args.command == "pretrain":
@@ -92,7 +96,17 @@ def main(argv=None):
 
         model, tokenizer = load_model(resolve_model(args.model))
         strategies = STRATEGIES if args.strategies is None else args.strategies
-        analyze(model, tokenizer, load_sentences(args.data, args.max_sentences), args.out, strategies, seed=args.seed)
+        sentences = load_sentences(args.data, args.max_sentences)
+        analyze(
+            model,
+            tokenizer,
+            sentences,
+            args.out,
+            strategies,
+            seed=args.seed,
+            metric=args.metric,
+            pppl_sentences=args.pppl_sentences,
+        )
         print((Path(args.out) / "report.md").read_text())
     elif args.command == "export":
         from .hub.export import export

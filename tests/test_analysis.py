@@ -21,6 +21,7 @@ from transformers import (
 from elc_bert.analysis import (
     CustomMetric,
     Parallel,
+    PseudoPerplexity,
     TaskMetric,
     apply_layer_plan,
     depth_profiles,
@@ -253,6 +254,28 @@ def test_masked_token_loss_is_fixed_and_sees_the_plan():
     assert not masked[:, 0].any()  # [CLS] is never masked
 
 
+def test_pseudo_perplexity_against_a_one_mask_at_a_time_loop():
+    model = tiny_bert(cls=BertForMaskedLM).eval()
+    tokenizer = _tokenizer()
+    sentences = ["a b c d e f", "b c d a"]
+    batches = [dict(tokenizer(sentences, padding=True, return_tensors="pt"))]
+    metric = PseudoPerplexity(model, tokenizer, batches, chunk=3)  # chunks smaller than a sentence
+    log_likelihood, count = 0.0, 0
+    with torch.no_grad():
+        for sentence in sentences:  # unpadded, one masked copy per forward
+            ids = tokenizer(sentence, return_tensors="pt")["input_ids"]
+            for i in range(1, ids.shape[1] - 1):  # all but [CLS] and [SEP]
+                masked = ids.clone()
+                masked[0, i] = tokenizer.mask_token_id
+                logits = model(input_ids=masked).logits[0, i]
+                log_likelihood += float(torch.log_softmax(logits, -1)[ids[0, i]])
+                count += 1
+    assert count == 10
+    assert metric() == pytest.approx(math.exp(-log_likelihood / count), rel=1e-5)
+    with apply_layer_plan(model, painters_plan("skip", 4, 0)):
+        assert metric() != pytest.approx(math.exp(-log_likelihood / count), rel=1e-5)
+
+
 def _tokenizer():
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
@@ -298,6 +321,12 @@ def test_analyze_cli_writes_the_report(tmp_path, capsys):
     for name in ("report.md", "similarity_cosine.png", "similarity_cka.png", "leave_one_out.png", "painters_sweep.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert "Leave-one-out" in capsys.readouterr().out
+    main(
+        ["analyze", str(tmp_path / "model"), "--data", str(tmp_path / "text.txt"), "--out", str(tmp_path / "pppl")]
+        + ["--strategies", "--metric", "pppl", "--pppl-sentences", "2"]
+    )
+    report = json.loads((tmp_path / "pppl" / "report.json").read_text())
+    assert report["leave_one_out"]["metric"] == "pseudo-perplexity" and report["painters"] is None
 
 
 def test_minilm_without_intervention_matches_the_plain_forward():

@@ -11,6 +11,7 @@ from .interventions import (
 )
 from .metrics import (
     CustomMetric,
+    PseudoPerplexity,
     TaskMetric,
     depth_profiles,
     layer_stream,
@@ -27,6 +28,7 @@ __all__ = [
     "CustomMetric",
     "STRATEGIES",
     "Parallel",
+    "PseudoPerplexity",
     "TaskMetric",
     "analyze",
     "apply_layer_plan",

@@ -161,6 +161,42 @@ class TaskMetric:
         return total / max(count, 1)
 
 
+class PseudoPerplexity:
+    """Masked-LM pseudo-perplexity (Salazar et al., 2020): every real non-special token i of every sentence is masked
+    once, alone, and PPPL = exp(-sum_i log p(w_i | w_{-i}) / #tokens). Exact but costs one forward per token, so
+    use it on a small sample; the masked-token loss of TaskMetric is the cheap alternative. Lower is better.
+    `chunk` masked copies (each 1 x T of one sentence) run per forward."""
+
+    def __init__(self, model, tokenizer, batches: list[dict], chunk: int = 64):
+        if not has_lm_head(model) or _is_causal(model):
+            raise ValueError("pseudo-perplexity needs a masked LM (a model with an MLM head)")
+        self.model, self.chunk, self.mask_id = model, chunk, tokenizer.mask_token_id
+        self.name, self.relative = "pseudo-perplexity", True
+        self.sentences = []  # (ids T, attention T, positions P) per sentence, CPU
+        for batch in batches:
+            for ids, attention in zip(batch["input_ids"], batch["attention_mask"]):
+                special = torch.tensor(tokenizer.get_special_tokens_mask(ids.tolist(), already_has_special_tokens=True))
+                positions = torch.nonzero(attention.bool() & ~special.bool()).flatten()
+                if len(positions):
+                    self.sentences.append((ids, attention, positions))
+
+    @torch.inference_mode()
+    def __call__(self) -> float:
+        device, total, count = self.model.device, 0.0, 0
+        for ids, attention, positions in self.sentences:
+            for start in range(0, len(positions), self.chunk):
+                rows = positions[start : start + self.chunk]
+                inputs = ids.repeat(len(rows), 1)
+                inputs[torch.arange(len(rows)), rows] = self.mask_id  # copy r masks position rows[r] only
+                batch = {"input_ids": inputs, "attention_mask": attention.repeat(len(rows), 1)}
+                logits = self.model(**_model_inputs(self.model, batch)).logits  # R x T x V
+                picked = logits[torch.arange(len(rows), device=device), rows.to(device)].float()  # R x V
+                log_probs = torch.log_softmax(picked, dim=-1)
+                total += float(log_probs.gather(1, ids[rows].to(device)[:, None]).sum())
+                count += len(rows)
+        return math.exp(-total / max(count, 1))
+
+
 class CustomMetric:
     """Any number a plan can be judged by, e.g. a fine-tuned head's dev F1 or accuracy: `compute()` evaluates the
     model as it runs now (inside a plan, with the plan). Lower is better unless `higher_is_better`."""

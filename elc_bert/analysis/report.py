@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from .interventions import STRATEGIES  # noqa: E402
 from .metrics import (  # noqa: E402
+    PseudoPerplexity,
     TaskMetric,
     depth_profiles,
     leave_one_out,
@@ -77,13 +78,23 @@ def analyze(
     batch_size: int = 16,
     max_length: int = 128,
     seed: int = 0,
+    metric: str = "auto",
+    pppl_sentences: int = 16,
 ) -> dict:
-    """Runs every measurement and writes `out_dir`/report.json, report.md and the PNGs; returns the report."""
+    """Runs every measurement and writes `out_dir`/report.json, report.md and the PNGs; returns the report.
+    `metric`: "auto" (TaskMetric: masked-token loss with fixed masks, next-token loss, or representation drift for
+    an encoder without LM head) or "pppl" (masked-LM pseudo-perplexity on the first `pppl_sentences` sentences:
+    exact, one forward per token)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval()
     batches = text_batches(tokenizer, sentences, batch_size, max_length)
-    metric = TaskMetric(model, tokenizer, batches, seed=seed)
+    if metric == "pppl":
+        metric = PseudoPerplexity(model, tokenizer, text_batches(tokenizer, sentences[:pppl_sentences], 16, max_length))
+    elif metric == "auto":
+        metric = TaskMetric(model, tokenizer, batches, seed=seed)
+    else:
+        raise ValueError(f"metric must be 'auto' or 'pppl', got {metric!r}")
     report = {
         "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
         "sentences": len(sentences),
