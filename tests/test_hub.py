@@ -530,3 +530,33 @@ def test_card_says_whether_the_pretraining_corpus_was_babylm(tmp_path, sources):
         {"train_files": ["babylm/2023/train_10M", "wikitext2/train.txt"], "data_dir": str(tmp_path)}
     )
     assert with_wikitext.startswith("**Stand-in corpus, not BabyLM.**") and "wikitext2/train.txt" in with_wikitext
+
+
+def test_the_wheel_ships_the_model_card_templates(tmp_path):
+    """`pip install elc_bert` users export too: the templates of model_cards/ must be inside the wheel."""
+    import zipfile
+
+    repo = Path(__file__).resolve().parents[1]
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(repo),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("elc_bert-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    templates = sorted(p.name for p in (repo / "model_cards").glob("*.md"))
+    assert "model_card.md" in templates
+    assert all(f"elc_bert/hub/model_cards/{name}" in names for name in templates)

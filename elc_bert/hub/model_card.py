@@ -22,7 +22,7 @@ import yaml  # noqa: E402
 import elc_bert  # noqa: E402
 from elc_bert.models import ElcBertModel, LayerFusionModel  # noqa: E402
 
-TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "model_cards"
+TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
 # Hub dataset ids of the corpora the jobs read, by the data folder's name (see ../shared/data/README.md).
 HUB_DATASETS = {
