@@ -3,7 +3,7 @@
     python scripts/layer_analysis.py configs/experiments/layer_analysis.yaml
 
 Runs `elc-bert analyze` (all Painters strategies) for every model of the YAML file into `results_dir`/<name>/ (a model
-whose report.json exists is skipped; one whose folder is missing is reported and skipped), then writes
+whose report.json exists is skipped; one not trained yet is reported and skipped), then writes
 `results_dir`/results.md: the leave-one-out table of every model side by side.
 """
 
@@ -30,8 +30,8 @@ def main():
         out = results_dir / name
         if not (out / "report.json").exists():
             path = resolve_model(model_path)
-            if not Path(path).exists():
-                print(f"skipping {name}: {path} does not exist (train it first)")
+            if not (Path(path) / "config.json").exists():
+                print(f"skipping {name}: no model in {path} yet (train it first)")
                 continue
             print(f"\n== {name} ==")
             model, tokenizer = load_model(path)
