@@ -38,6 +38,7 @@ def main():
             analyze(model, tokenizer, sentences, out)
         reports[name] = json.loads((out / "report.json").read_text())
 
+    width = max(len(r["leave_one_out"]["layers"]) for r in reports.values())
     lines = [
         f"Leave-one-out ablation on {plan['max_sentences']} WikiText-2 test sentences: the metric with each layer "
         "skipped (change vs the unmodified model in brackets where it is a loss). Command: `python "
@@ -55,6 +56,7 @@ def main():
             f"{row['metric']:.3f}" + ("" if row["change_percent"] is None else f" ({row['change_percent']:+.0f}%)")
             for row in loo["layers"]
         ]
+        cells += [""] * (width - len(cells))
         lines.append(f"| {name} | {loo['metric']} | {loo['baseline']:.3f} | " + " | ".join(cells) + " |")
     results_dir.mkdir(parents=True, exist_ok=True)
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
