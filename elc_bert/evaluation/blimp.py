@@ -14,7 +14,6 @@ many sentences at once and padding is rare. Data: the original BLiMP folder (one
 BabyLM 2024 `blimp_filtered/` / `supplement_filtered/` folders, gzip or not, or a single file.
 """
 
-import gzip
 import json
 import math
 import time
@@ -23,6 +22,8 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
+
+from ..data.jsonl import read_jsonl
 
 DEFAULT_BATCH_TOKENS = 4096
 SUFFIXES = (".jsonl.gz", ".jsonl")
@@ -45,30 +46,13 @@ def read_minimal_pairs(path: str | Path) -> list[dict]:
     """The minimal pairs of one JSON Lines file (gzip when the name ends in .gz): one JSON object per line with string
     fields `sentence_good` and `sentence_bad` (other fields are kept). Blank lines are skipped; anything else that is
     not such an object raises a ValueError naming the file and line."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"minimal-pair file not found: {path}")
     pairs = []
-    line_number = 0
-    opener = gzip.open if path.name.endswith(".gz") else open
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, 1):  # noqa: B007  (used in the error below)
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}")
-                for key in ("sentence_good", "sentence_bad"):
-                    value = row.get(key)
-                    if not isinstance(value, str) or not value.strip():
-                        raise ValueError(f"{path}, line {line_number}: '{key}' is missing or not a non-empty string")
-                pairs.append(row)
-    except (OSError, EOFError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}, line {line_number + 1}: cannot be read ({error})") from None
+    for line_number, row in read_jsonl(path):
+        for key in ("sentence_good", "sentence_bad"):
+            value = row.get(key)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{path}, line {line_number}: '{key}' is missing or not a non-empty string")
+        pairs.append(row)
     if not pairs:
         raise ValueError(f"{path}: no minimal pairs in the file")
     return pairs

@@ -21,7 +21,6 @@ Output (read by `elc-bert scorecard`): `OUTPUT_DIR/glue/<task>/result.json` = {"
 task, and `OUTPUT_DIR/glue/results.json` + `results.md` over all tasks. A task whose result.json exists is not rerun.
 """
 
-import gzip
 import json
 import math
 import shutil
@@ -39,6 +38,7 @@ from transformers import (
     set_seed,
 )
 
+from ..data.jsonl import read_jsonl
 from .config import save_config
 from .finetune_ner import resolve_model
 from .plots import plot_curves
@@ -181,35 +181,19 @@ def find_split(folders: list[Path], task: str, split: str) -> Path | None:
 def read_task_file(path: str | Path, task: GlueTask, limit: int | None = None) -> list[dict]:
     """The rows of one jsonl(.gz) file: a JSON object per line with the task's text fields (strings) and an integer
     `label` in [0, num_labels). Blank lines are skipped; a bad line raises ValueError naming the file and line."""
-    path = Path(path)
-    opener = gzip.open if path.name.endswith(".gz") else open
     rows = []
-    line_number = 0
-    try:
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line_number, line in enumerate(handle, 1):  # noqa: B007  (used in the error below)
-                if limit is not None and len(rows) >= limit:
-                    break
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}")
-                for key in task.fields:
-                    if not isinstance(row.get(key), str):
-                        raise ValueError(f"{path}, line {line_number}: field '{key}' is missing or not a string")
-                label = row.get("label")
-                if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
-                    raise ValueError(
-                        f"{path}, line {line_number}: 'label' must be an integer in [0, {task.num_labels}), "
-                        f"got {label!r}"
-                    )
-                rows.append(row)
-    except (OSError, EOFError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}, line {line_number + 1}: cannot be read ({error})") from None
+    for line_number, row in read_jsonl(path):
+        if limit is not None and len(rows) >= limit:
+            break
+        for key in task.fields:
+            if not isinstance(row.get(key), str):
+                raise ValueError(f"{path}, line {line_number}: field '{key}' is missing or not a string")
+        label = row.get("label")
+        if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
+            raise ValueError(
+                f"{path}, line {line_number}: 'label' must be an integer in [0, {task.num_labels}), got {label!r}"
+            )
+        rows.append(row)
     if not rows:
         raise ValueError(f"{path}: no examples in the file")
     return rows
