@@ -1,6 +1,6 @@
 """Few-shot NER with every fusion head, feature extraction vs fine-tuning (issue 8, experiments 2 and 3).
 
-    python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml [--experiments conll03_fe ...]
+    python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml [--experiments conll03_fe ...] [--heads last ...]
 
 Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finished trials are skipped, so an
 interrupted run resumes), then writes into `results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95%
@@ -23,12 +23,13 @@ from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner  # noqa: E402
 
 
-def run(plan: dict, names: list[str]) -> dict:
+def run(plan: dict, names: list[str], heads: list[str]) -> dict:
     results = {}
     for name in names:
         experiment = plan["experiments"][name]
         base = load_config(FinetuneNerConfig, experiment["base"], [])
-        for head, head_fields in plan["heads"].items():
+        for head in heads:
+            head_fields = plan["heads"][head]
             changes = {**plan.get("common", {}), **experiment.get("changes", {}), **head_fields}
             output_dir = Path(plan["runs_dir"]) / name / head.replace("+", "plus")
             config = dataclasses.replace(base, **changes, output_dir=str(output_dir))
@@ -105,13 +106,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
     parser.add_argument("--experiments", nargs="*", help="names from the plan (default: all, in order)")
+    parser.add_argument("--heads", nargs="*", help="heads from the plan (default: all, in order); tables list these only")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
     names = args.experiments or list(plan["experiments"])
-    unknown = sorted(set(names) - set(plan["experiments"]))
-    if unknown:
-        raise SystemExit(f"{args.plan}: unknown experiments {unknown}; the plan has {list(plan['experiments'])}")
-    write(run(plan, names), plan, Path(plan["results_dir"]))
+    heads = args.heads or list(plan["heads"])
+    for kind, chosen in (("experiments", names), ("heads", heads)):
+        unknown = sorted(set(chosen) - set(plan[kind]))
+        if unknown:
+            raise SystemExit(f"{args.plan}: unknown {kind} {unknown}; the plan has {list(plan[kind])}")
+    write(run(plan, names, heads), plan, Path(plan["results_dir"]))
 
 
 if __name__ == "__main__":
