@@ -106,7 +106,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
     parser.add_argument("--experiments", nargs="*", help="names from the plan (default: all, in order)")
-    parser.add_argument("--heads", nargs="*", help="heads from the plan (default: all, in order); tables list these only")
+    parser.add_argument("--heads", nargs="*", help="heads from the plan (default: all); tables list these only")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
     names = args.experiments or list(plan["experiments"])
