@@ -2,11 +2,14 @@
 
     python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg.yaml [--skip-blimp]
 
+With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out SUMMARY_DIR
+--name blimp`) are still reported.
+
 Trains one tokenizer on the training files, then pretrains every (model, seed) of the plan from the same base config
 with that tokenizer (finished runs are skipped, interrupted ones resume from their last checkpoint), scores each on
 BLiMP and the supplement (`elc-bert eval-blimp`'s scorer), and writes into `results_dir`: `results.md` /
-`results.json` (final losses, BLiMP overall and per field, supplement), `loss_curves.png` (MLM loss of every run) and
-`alpha.png` (the ELC-BERT runs' layer weights).
+`results.json` (final losses, BLiMP overall and per field, supplement), `loss_curves.png` (MLM loss of every run),
+`alpha.png` (the ELC-BERT runs' layer weights) and `blimp_fields.png` (BLiMP accuracy per field and run).
 """
 
 import argparse
@@ -71,7 +74,8 @@ def pretrain_all(plan: dict) -> dict[tuple[str, int], Path]:
     return runs
 
 
-def score_blimp(plan: dict, runs: dict) -> dict:
+def score_blimp(plan: dict, runs: dict, score_missing: bool = True) -> dict:
+    """{(name, seed): {suite: summary}}; runs not yet scored are scored first, or left out without `score_missing`."""
     from elc_bert.evaluation.blimp import evaluate_blimp
 
     scores = {}
@@ -80,6 +84,8 @@ def score_blimp(plan: dict, runs: dict) -> dict:
         for suite, data in plan["blimp"].items():
             path = summary_dir / f"{suite}.json"
             if not path.exists():
+                if not score_missing:
+                    continue
                 run = Path(plan["runs_dir"]) / f"{name}-seed{seed}"
                 model = AutoModelForMaskedLM.from_pretrained(run)
                 tokenizer = AutoTokenizer.from_pretrained(run)
@@ -92,7 +98,7 @@ def write(plan: dict, runs: dict, scores: dict):
     results_dir = Path(plan["results_dir"])
     results_dir.mkdir(parents=True, exist_ok=True)
     metrics = {key: json.loads((run / "metrics.json").read_text()) for key, run in runs.items()}
-    suites = list(plan["blimp"]) if scores else []
+    suites = [suite for suite in plan["blimp"] if any(suite in by_suite for by_suite in scores.values())]
     header = "| " + " | ".join(["model", "seed", "final train loss", "validation loss", *suites]) + " |"
     lines = [
         "ELC-BERT vs LTG-BERT, `configs/pretrain/tiny.yaml` on the local stand-in corpus (BabyLM 2023 files present in "
@@ -106,19 +112,21 @@ def write(plan: dict, runs: dict, scores: dict):
     for (name, seed), metric in metrics.items():
         losses = [entry["loss"] for entry in metric["log_history"] if "loss" in entry]
         row = {"final_train_loss": losses[-1], "eval_loss": metric["final"].get("eval_loss")}
-        for suite in suites:
-            row[suite] = scores[(name, seed)][suite]["overall"]
-            row[f"{suite}_fields"] = scores[(name, seed)][suite]["fields"]
+        for suite, summary in scores.get((name, seed), {}).items():
+            row[suite] = summary["overall"]
+            row[f"{suite}_fields"] = summary["fields"]
         table[f"{name}/seed{seed}"] = row
-        cells = [f"{100 * row[suite]:.1f}" for suite in suites]
+        cells = [f"{100 * row[suite]:.1f}" if suite in row else "not scored yet" for suite in suites]
         evaluation = "n/a" if row["eval_loss"] is None else f"{row['eval_loss']:.3f}"
         cells = [name, str(seed), f"{row['final_train_loss']:.3f}", evaluation, *cells]
         lines.append("| " + " | ".join(cells) + " |")
-    if scores and "blimp" in suites:
-        fields = sorted({field for row in table.values() for field in row["blimp_fields"]})
+    if "blimp" in suites:
+        fields = sorted({field for row in table.values() for field in row.get("blimp_fields", {})})
         lines += ["", "BLiMP accuracy per field (%):", "", "| model/seed | " + " | ".join(fields) + " |"]
         lines.append("|---" * (len(fields) + 1) + "|")
         for key, row in table.items():
+            if "blimp_fields" not in row:
+                continue
             lines.append(f"| {key} | " + " | ".join(f"{100 * row['blimp_fields'][f]:.1f}" for f in fields) + " |")
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
@@ -135,6 +143,22 @@ def write(plan: dict, runs: dict, scores: dict):
     figure.tight_layout()
     figure.savefig(results_dir / "loss_curves.png", dpi=120)
     plt.close(figure)
+
+    scored = {key: row["blimp_fields"] for key, row in table.items() if "blimp_fields" in row}
+    if scored:
+        fields = sorted({field for by_field in scored.values() for field in by_field})
+        width = 0.8 / len(scored)
+        figure, axis = plt.subplots(figsize=(1.2 * len(fields) + 2, 3.6))
+        for i, (key, by_field) in enumerate(scored.items()):
+            positions = [j + (i - (len(scored) - 1) / 2) * width for j in range(len(fields))]
+            axis.bar(positions, [100 * by_field.get(field, np.nan) for field in fields], width, label=key)
+        axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+        axis.set_xticks(range(len(fields)), fields, rotation=20, ha="right")
+        axis.set(ylabel="accuracy (%)", title="BLiMP per field (chance 50%)", ylim=(0, 100))
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(results_dir / "blimp_fields.png", dpi=120)
+        plt.close(figure)
 
     elc_runs = [(key, run) for key, run in runs.items() if plan["models"][key[0]].get("layer_combination") == "elc"]
     if elc_runs:
@@ -153,11 +177,11 @@ def write(plan: dict, runs: dict, scores: dict):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
-    parser.add_argument("--skip-blimp", action="store_true", help="pretrain and report losses only")
+    parser.add_argument("--skip-blimp", action="store_true", help="score no model; scores on disk are still reported")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
     runs = pretrain_all(plan)
-    scores = {} if args.skip_blimp else score_blimp(plan, runs)
+    scores = score_blimp(plan, runs, score_missing=not args.skip_blimp)
     write(plan, runs, scores)
 
 
