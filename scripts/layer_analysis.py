@@ -2,7 +2,8 @@
 
     python scripts/layer_analysis.py configs/experiments/layer_analysis.yaml
 
-Runs `elc-bert analyze` (all Painters strategies) for every model of the YAML file into `results_dir`/<name>/ (a model
+Runs `elc-bert analyze` (all Painters strategies) for every model of the YAML file (a path or Hub name, or
+{model, metric, pppl_sentences} as `analyze` takes them) into `results_dir`/<name>/ (a model
 whose report.json exists is skipped; one not trained yet is reported and skipped), then writes
 `results_dir`/results.md: the leave-one-out table of every model side by side.
 """
@@ -26,16 +27,18 @@ def main():
     results_dir = Path(plan["results_dir"])
     sentences = load_sentences(plan["data"], plan["max_sentences"])
     reports = {}
-    for name, model_path in plan["models"].items():
+    for name, entry in plan["models"].items():
+        entry = {"model": entry} if isinstance(entry, str) else entry
         out = results_dir / name
         if not (out / "report.json").exists():
-            path = resolve_model(model_path)
+            path = resolve_model(entry["model"])
             if not (Path(path) / "config.json").exists():
                 print(f"skipping {name}: no model in {path} yet (train it first)")
                 continue
             print(f"\n== {name} ==")
             model, tokenizer = load_model(path)
-            analyze(model, tokenizer, sentences, out)
+            options = {key: entry[key] for key in ("metric", "pppl_sentences") if key in entry}
+            analyze(model, tokenizer, sentences, out, **options)
         reports[name] = json.loads((out / "report.json").read_text())
 
     width = max(len(r["leave_one_out"]["layers"]) for r in reports.values())
