@@ -1,6 +1,7 @@
 """Few-shot NER with every fusion head, feature extraction vs fine-tuning (issue 8, experiments 2 and 3).
 
     python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml [--experiments conll03_fe ...] [--heads last ...]
+    python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml --report   # tables of the finished trials only
 
 Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finished trials are skipped, so an
 interrupted run resumes), then writes into `results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95%
@@ -20,10 +21,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from elc_bert.training.config import load_config  # noqa: E402
-from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner  # noqa: E402
+from elc_bert.training.finetune_ner import FinetuneNerConfig, confidence_interval, finetune_ner  # noqa: E402
 
 
-def run(plan: dict, names: list[str], heads: list[str]) -> dict:
+def finished(config: FinetuneNerConfig) -> dict:
+    """finetune_ner's summary from the trials finished so far, without training; an N with no finished trial is
+    left out. Each N also says how many of the planned trials it holds."""
+    summary = {}
+    for shots in config.shots:
+        paths = [Path(config.output_dir) / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
+        values = [json.loads(path.read_text())["best_dev_f1"] for path in paths if path.exists()]
+        if values:
+            mean, half_width = confidence_interval(values)
+            summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
+    return summary
+
+
+def run(plan: dict, names: list[str], heads: list[str], report: bool = False) -> dict:
     results = {}
     for name in names:
         experiment = plan["experiments"][name]
@@ -34,12 +48,14 @@ def run(plan: dict, names: list[str], heads: list[str]) -> dict:
             output_dir = Path(plan["runs_dir"]) / name / head.replace("+", "plus")
             config = dataclasses.replace(base, **changes, output_dir=str(output_dir))
             print(f"\n== {name}: {head} ==")
-            summary = finetune_ner(config)
+            summary = finished(config) if report else finetune_ner(config)
             depth = {}
             if config.fusion == "dwatt":
                 for shots in config.shots:
                     trials = [output_dir / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
-                    weights = [json.loads(path.read_text())["mean_depth_weights"] for path in trials]
+                    weights = [json.loads(path.read_text())["mean_depth_weights"] for path in trials if path.exists()]
+                    if not weights:
+                        continue
                     depth[shots] = [sum(column) / len(column) for column in zip(*weights)]
             mode = "frozen backbone (FE)" if config.freeze_backbone else "fine-tuned backbone (FT)"
             setup = (
@@ -49,6 +65,17 @@ def run(plan: dict, names: list[str], heads: list[str]) -> dict:
             )
             results[(name, head)] = {"summary": summary, "shots": config.shots, "depth_weights": depth, "setup": setup}
     return results
+
+
+def cell(result: dict | None) -> str:
+    if result is None:
+        return "not run yet"
+    text = f"{100 * result['mean']:.1f} +- {100 * result['ci95']:.1f}"
+    done = len(result["best_dev_f1"])
+    if done < result.get("of", done):
+        values = ", ".join(f"{100 * v:.1f}" for v in result["best_dev_f1"])
+        text += f" ({done} of {result['of']} trials: {values})"
+    return text
 
 
 def write(results: dict, plan: dict, results_dir: Path):
@@ -66,9 +93,9 @@ def write(results: dict, plan: dict, results_dir: Path):
         lines.append("|---" * (len(shots) + 1) + "|")
         for head in heads:
             summary = results[(name, head)]["summary"]
-            cells = [f"{100 * summary[f'n{n}']['mean']:.1f} +- {100 * summary[f'n{n}']['ci95']:.1f}" for n in shots]
+            cells = [cell(summary.get(f"n{n}")) for n in shots]
             lines.append(f"| {head} | " + " | ".join(cells) + " |")
-            table[f"{name}/{head}"] = {f"n{n}": summary[f"n{n}"] for n in shots}
+            table[f"{name}/{head}"] = {f"n{n}": summary[f"n{n}"] for n in shots if f"n{n}" in summary}
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
     print("\n".join(lines))
@@ -79,7 +106,8 @@ def write(results: dict, plan: dict, results_dir: Path):
         for (n, head), result in results.items():
             if n != name:
                 continue
-            summary, shots = result["summary"], result["shots"]
+            summary = result["summary"]
+            shots = [s for s in result["shots"] if f"n{s}" in summary]
             means = [100 * summary[f"n{s}"]["mean"] for s in shots]
             errors = [100 * summary[f"n{s}"]["ci95"] for s in shots]
             axis.errorbar(shots, means, yerr=errors, marker="o", capsize=3, label=head)
@@ -107,6 +135,7 @@ def main():
     parser.add_argument("plan", type=Path)
     parser.add_argument("--experiments", nargs="*", help="names from the plan (default: all, in order)")
     parser.add_argument("--heads", nargs="*", help="heads from the plan (default: all); tables list these only")
+    parser.add_argument("--report", action="store_true", help="train nothing: tables and plots of the finished trials")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
     names = args.experiments or list(plan["experiments"])
@@ -115,7 +144,7 @@ def main():
         unknown = sorted(set(chosen) - set(plan[kind]))
         if unknown:
             raise SystemExit(f"{args.plan}: unknown {kind} {unknown}; the plan has {list(plan[kind])}")
-    write(run(plan, names, heads), plan, Path(plan["results_dir"]))
+    write(run(plan, names, heads, report=args.report), plan, Path(plan["results_dir"]))
 
 
 if __name__ == "__main__":
