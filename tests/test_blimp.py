@@ -331,6 +331,58 @@ def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
     assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(0.5)
 
 
+def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path, monkeypatch):
+    """Each scored set is kept on disk as it finishes; started again, only the sets not yet scored are scored, and the
+    report equals an uninterrupted run's. Partial scores of another model are set aside, never mixed in."""
+    import elc_bert.evaluation.blimp as blimp
+
+    torch.manual_seed(0)
+    model = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer)))).eval()
+    data = tmp_path / "sets"
+    data.mkdir()
+    for index in range(4):
+        rows = [pair(TOY_SENTENCES[(index + k) % 6], TOY_SENTENCES[(index + k + 1) % 6], row=k) for k in range(2)]
+        write_jsonl(data / f"set{index}.jsonl", rows)
+    expected = evaluate_blimp(model, toy_tokenizer, data, progress=False)
+
+    scored = []
+    real_scorer = blimp.pseudo_log_likelihoods
+
+    def interrupted_after_two_sets(model, tokenizer, sentences, **options):
+        if len(scored) == 2:
+            raise KeyboardInterrupt
+        scored.append(sentences[0])
+        return real_scorer(model, tokenizer, sentences, **options)
+
+    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", interrupted_after_two_sets)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
+    partial = tmp_path / "out" / "toy.partial.jsonl"
+    assert len(partial.read_text().splitlines()) == 3  # fingerprint + two sets
+    assert not (tmp_path / "out" / "toy.json").exists()
+    with partial.open("a") as handle:
+        handle.write('{"set": "set2", "good": [1.0')  # a line cut short by the interruption is dropped
+
+    scored.clear()
+    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", lambda *a, **o: scored.append(a[2][0]) or real_scorer(*a, **o))
+    resumed = evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
+    assert scored == [TOY_SENTENCES[2], TOY_SENTENCES[3]]  # set2 and set3 only
+    assert resumed["sets"] == expected["sets"] and resumed["overall"] == expected["overall"]
+    assert not partial.exists() and json.loads((tmp_path / "out" / "toy.json").read_text())["sets"] == expected["sets"]
+
+    # A partial file of other weights is not reused.
+    partial.write_text(
+        json.dumps({"fingerprint": "another model"})
+        + "\n"
+        + json.dumps({"set": "set0", "good": [0.0, 0.0], "bad": [-9.0, -9.0], "seconds": 1.0})
+        + "\n"
+    )
+    scored.clear()
+    again = evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
+    assert len(scored) == 4 and again["sets"] == expected["sets"]
+    assert (tmp_path / "out" / "toy.partial.jsonl.stale").exists()
+
+
 def test_malformed_lines_name_file_and_line(tmp_path):
     good = json.dumps(pair("a b", "b a"))
     (tmp_path / "broken.jsonl").write_text(f"{good}\n\n{{not json\n")

@@ -8,12 +8,13 @@ every non-special token masked in turn, summed, no length normalisation; [CLS]/[
 are present in the input but never scored. Causal LMs are scored by their log-likelihood, sum_t log p(w_t | w_<t),
 the first token conditioned on the tokenizer's BOS token when it has one (otherwise the first token is context only).
 
-Speed: every masked copy of every (unique) sentence becomes one row of a flat list; rows are sorted by length and cut
-into batches under a token budget (rows x padded length), so one forward pass scores hundreds of masked copies of
-many sentences at once and padding is rare. Data: the original BLiMP folder (one `<paradigm>.jsonl` per set) or the
-BabyLM 2024 `blimp_filtered/` / `supplement_filtered/` folders, gzip or not, or a single file.
+Speed: every masked copy of every (unique) sentence of a set becomes one row of a flat list; rows are sorted by
+length and cut into batches under a token budget (rows x padded length), so one forward pass scores hundreds of
+masked copies of many sentences at once and padding is rare. Data: the original BLiMP folder (one `<paradigm>.jsonl`
+per set) or the BabyLM 2024 `blimp_filtered/` / `supplement_filtered/` folders, gzip or not, or a single file.
 """
 
+import hashlib
 import json
 import math
 import time
@@ -401,6 +402,65 @@ def write_report(results: dict, out_dir: str | Path, name: str) -> None:
     _bar_chart(results, out_dir / f"{name}.png")
 
 
+def _fingerprint(model, sets: dict[str, list[dict]], causal: bool) -> str:
+    """What partial scores depend on: the scorer, the model's weights (the sum and sum of squares of every parameter,
+    cheap on any device) and the pairs themselves."""
+    digest = hashlib.sha1(f"{type(model).__name__} causal={causal}".encode())
+    with torch.no_grad():
+        named = list(model.named_parameters())
+        stats = torch.stack(
+            [torch.stack([p.detach().double().sum(), p.detach().double().square().sum()]) for _, p in named]
+        )
+    for (parameter_name, parameter), (total, squares) in zip(named, stats.tolist()):
+        digest.update(f"{parameter_name}{tuple(parameter.shape)}{total:.10e}{squares:.10e}".encode())
+    for set_name, pairs in sets.items():
+        digest.update(set_name.encode())
+        for pair in pairs:
+            digest.update(f"{pair['sentence_good']}\t{pair['sentence_bad']}\n".encode())
+    return digest.hexdigest()
+
+
+class _PartialScores:
+    """`{name}.partial.jsonl` beside the report: a fingerprint line, then one line per scored set, appended as each set
+    finishes, so that an interrupted evaluation resumes at the next set. Scores of another model or other data (a
+    different fingerprint) are set aside (renamed `.stale`), never mixed in; a last line cut short by the interruption
+    is dropped. The file is removed once the report is written."""
+
+    def __init__(self, path: Path, fingerprint: str):
+        self.path, self.scores = path, {}
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        header = _json_or_none(lines[0]) if lines else None
+        if header is not None and header.get("fingerprint") == fingerprint:
+            for line in lines[1:]:
+                row = _json_or_none(line)
+                if row is not None:
+                    self.scores[row.pop("set")] = row
+            print(f"{path}: resuming after {len(self.scores)} scored sets")
+            path.write_text(
+                "".join(json.dumps(row) + "\n" for row in [header, *({"set": k, **v} for k, v in self.scores.items())]),
+                encoding="utf-8",
+            )
+            return
+        if lines:
+            stale = path.with_name(path.name + ".stale")
+            print(f"{path}: partial scores of another model or data set aside as {stale.name}; scoring from the start")
+            path.replace(stale)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
+
+    def add(self, set_name: str, scores: dict) -> None:
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"set": set_name, **scores}) + "\n")
+        self.scores[set_name] = scores
+
+
+def _json_or_none(line: str):
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError:
+        return None
+
+
 def evaluate_blimp(
     model,
     tokenizer,
@@ -417,7 +477,9 @@ def evaluate_blimp(
     causal None picks the scorer from the model (`is_causal_lm`): pseudo-log-likelihood for masked LMs, left-to-right
     log-likelihood for decoders. max_pairs_per_set keeps the first pairs of each set. Returns the `summarise` dict plus
     what was run (name, data, model, method, sentences, seconds); with out_dir, also writes it as `{name}.json`,
-    `{name}.md` and `{name}.png`."""
+    `{name}.md` and `{name}.png`. Sets are scored one after another; with out_dir each finished set is kept in
+    `{name}.partial.jsonl` (see `_PartialScores`), so that an interrupted run, started again, resumes at the next
+    set."""
     if batch_tokens < 1:
         raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
     sets = load_minimal_pairs(data)
@@ -428,14 +490,30 @@ def evaluate_blimp(
     causal = is_causal_lm(model) if causal is None else causal
     scorer = causal_log_likelihoods if causal else pseudo_log_likelihoods
     sentences = [pair[key] for pairs in sets.values() for pair in pairs for key in ("sentence_good", "sentence_bad")]
-    start = time.perf_counter()
-    scores = scorer(model, tokenizer, sentences, batch_tokens=batch_tokens, progress=progress)
-    seconds = time.perf_counter() - start
-    good, bad, index = {}, {}, 0
-    for set_name, pairs in sets.items():
-        good[set_name] = scores[index : index + 2 * len(pairs) : 2]
-        bad[set_name] = scores[index + 1 : index + 2 * len(pairs) : 2]
-        index += 2 * len(pairs)
+    partial = None
+    if out_dir is not None:
+        partial = _PartialScores(Path(out_dir) / f"{name}.partial.jsonl", _fingerprint(model, sets, causal))
+    good, bad, seconds = {}, {}, 0.0
+    bar = tqdm(total=len(sentences), desc=name, unit="sentence", disable=not progress)
+    with bar:
+        for set_name, pairs in sets.items():
+            done = partial.scores.get(set_name) if partial is not None else None
+            if done is None:
+                start = time.perf_counter()
+                scores = scorer(
+                    model,
+                    tokenizer,
+                    [pair[key] for pair in pairs for key in ("sentence_good", "sentence_bad")],
+                    batch_tokens=batch_tokens,
+                    progress=False,
+                )
+                done = {"good": scores[0::2], "bad": scores[1::2], "seconds": time.perf_counter() - start}
+                if partial is not None:
+                    partial.add(set_name, done)
+            good[set_name], bad[set_name] = done["good"], done["bad"]
+            seconds += done["seconds"]
+            bar.set_postfix_str(set_name, refresh=False)
+            bar.update(2 * len(pairs))
     config = getattr(model, "config", None)
     unique = len(set(sentences))
     results = {
@@ -452,6 +530,7 @@ def evaluate_blimp(
     }
     if out_dir is not None:
         write_report(results, out_dir, name)
+        partial.path.unlink(missing_ok=True)
     return results
 
 
