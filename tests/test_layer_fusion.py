@@ -608,6 +608,45 @@ def test_feature_cache_matches_uncached(fusion):
             assert len(calls) == before, "no backbone pass once every example is cached"
 
 
+@pytest.mark.parametrize("cache", [False, True], ids=["no-cache", "cache"])
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_training_step_on_labelled_positions_only_equals_the_full_computation(fusion, cache):
+    """In training mode with labels, only the labelled positions go through the fusion and the classifier: the loss,
+    every gradient and the logits at labelled positions equal those of the full B x T computation (eval mode, loss
+    from all logits), and the logits elsewhere are zero."""
+    model = build(LayerFusionForTokenClassification, fusion=fusion, num_labels=5, freeze_backbone=True)
+    perturb(model, seed=3)
+    if cache:
+        model.base_model.enable_feature_cache()
+    input_ids, attention_mask = make_batch([11, 7, 4], length=13)
+    labels = torch.randint(0, 5, input_ids.shape, generator=torch.Generator().manual_seed(4))
+    labels[attention_mask == 0] = -100
+    labels[:, 0] = -100  # [CLS]
+    labels[0, 3:6] = -100  # continuation sub-tokens
+    labels[2, 1:] = -100
+
+    def step(train):
+        model.train(train)
+        model.zero_grad(set_to_none=True)
+        output = model(input_ids, attention_mask=attention_mask, labels=labels)
+        output.loss.backward()
+        grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.requires_grad}
+        return output, grads
+
+    full, full_grads = step(False)  # eval mode: every position computed (no dropout anywhere in this model)
+    expected_loss = torch.nn.functional.cross_entropy(full.logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+    assert torch.allclose(full.loss, expected_loss, atol=1e-6)
+    restricted, grads = step(True)
+    assert torch.allclose(restricted.loss, full.loss, atol=1e-6), (restricted.loss, full.loss)
+    assert grads.keys() == full_grads.keys() and len(grads) > 0
+    for name, grad in grads.items():
+        assert torch.allclose(grad, full_grads[name], atol=1e-6), name
+    scored = labels != -100
+    assert restricted.logits.shape == full.logits.shape
+    assert torch.allclose(restricted.logits[scored], full.logits[scored], atol=1e-6)
+    assert (restricted.logits[~scored] == 0).all()
+
+
 # --------------------------------------------------------------------------------------------------- 7. bf16
 def test_dwatt_bf16_autocast_forward_backward():
     model = build(LayerFusionForTokenClassification, fusion="dwatt", num_labels=5).train()

@@ -233,12 +233,12 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             raise ValueError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
         self.feature_cache = FeatureCache() if enabled else None
 
-    def backbone_states(self, input_ids, attention_mask, token_type_ids=None, real_tokens_only=False):
-        """The backbone's states z_0..z_L, each B x T x D, or with `real_tokens_only` each N x D for the N real
-        tokens of the batch in row-major order; from the feature cache when it is enabled."""
+    def backbone_states(self, input_ids, attention_mask, token_type_ids=None, positions=None):
+        """The backbone's states z_0..z_L, each B x T x D, or with `positions` (B x T bool, real tokens only) each
+        N x D for those N positions in row-major order; from the feature cache when it is enabled."""
         if self.feature_cache is None:
             states = self._run_backbone(input_ids, attention_mask, token_type_ids)
-            return [state[attention_mask.bool()] for state in states] if real_tokens_only else states
+            return [state[positions] for state in states] if positions is not None else states
         cache = self.feature_cache
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
@@ -254,14 +254,17 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             stacked = torch.stack(computed)  # S x b x T x D
             for j, i in enumerate(missing):
                 cache.store[keys[i]] = stacked[:, j, attention_mask[i].bool()].cpu()
-        if real_tokens_only:
-            packed = torch.cat([cache.store[key] for key in keys], dim=1)  # S x N x D
-            return list(packed.to(input_ids.device).unbind(0))
+        real = attention_mask.bool().cpu()
+        if positions is not None:
+            wanted = positions.cpu()
+            # Each cached S x n x D holds the n real tokens of its example: keep those among them that are wanted.
+            pieces = [cache.store[key][:, wanted[i][real[i]]] for i, key in enumerate(keys)]
+            return list(torch.cat(pieces, dim=1).to(input_ids.device).unbind(0))  # S tensors N x D
         first = cache.store[keys[0]]
         batch, length = input_ids.shape
         states = first.new_zeros((first.shape[0], batch, length, first.shape[-1]))
         for i, key in enumerate(keys):
-            states[:, i, attention_mask[i].bool().cpu()] = cache.store[key]
+            states[:, i, real[i]] = cache.store[key]
         return list(states.to(input_ids.device).unbind(0))
 
     def _run_backbone(self, input_ids, attention_mask, token_type_ids):
@@ -278,14 +281,25 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         attention_mask=None,
         token_type_ids=None,
         output_hidden_states=None,
+        positions=None,
         **kwargs,
     ) -> LayerFusionOutput:
         """input_ids, attention_mask: B x T (1 = real token). Per-token fusions skip the padding of a padded batch:
-        there the fused states (and depth weights) are zero."""
-        padded = attention_mask is not None and not bool(attention_mask.all())
-        # Fusing per token, only the real tokens need work: a batch of short and long sentences is mostly padding.
-        pack = padded and self.config.fusion != "extra_layers" and not output_hidden_states
-        states = self.backbone_states(input_ids, attention_mask, token_type_ids, real_tokens_only=pack)
+        there the fused states (and depth weights) are zero.
+
+        positions: B x T bool, optional: the only positions whose fused states are wanted (a loss that reads the
+        labelled tokens only). Then `last_hidden_state` is N x D and `depth_weights` N x S for those N positions in
+        row-major order, and per-token fusions compute nothing elsewhere."""
+        real = attention_mask.bool() if attention_mask is not None else None
+        wanted = positions if positions is not None else real
+        # Fusing per token, only the wanted tokens need work: a batch of short and long sentences is mostly padding.
+        pack = (
+            wanted is not None
+            and not bool(wanted.all())
+            and self.config.fusion != "extra_layers"
+            and not output_hidden_states
+        )
+        states = self.backbone_states(input_ids, attention_mask, token_type_ids, positions=wanted if pack else None)
         fused_states = states if self.config.fuse_embeddings else states[1:]
         depth_weights = None
         if self.config.fusion == "last":
@@ -296,10 +310,12 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             fused, _ = self.fusion(states, attention_mask, self.backbone)
         else:
             fused, depth_weights = self.fusion(fused_states)
-        if pack:
-            real = attention_mask.bool()
-            fused = _unpack(fused, real)
-            depth_weights = _unpack(depth_weights, real) if depth_weights is not None else None
+        if pack and positions is None:  # back to B x T
+            fused = _unpack(fused, wanted)
+            depth_weights = _unpack(depth_weights, wanted) if depth_weights is not None else None
+        elif not pack and positions is not None:  # computed at every position: keep the wanted ones
+            fused = fused[positions]
+            depth_weights = depth_weights[positions] if depth_weights is not None else None
         return LayerFusionOutput(
             last_hidden_state=fused,
             depth_weights=depth_weights,
@@ -327,11 +343,19 @@ class LayerFusionForTokenClassification(LayerFusionPreTrainedModel):
     def forward(
         self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, num_items_in_batch=None, **kwargs
     ):
-        """labels: B x T, -100 where not scored. Returns B x T x num_labels logits."""
-        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        """labels: B x T, -100 where not scored. Returns B x T x num_labels logits. In training mode with labels, the
+        loss reads the labelled positions only, so only they go through the fusion and the classifier (the few-shot
+        protocol labels first sub-tokens: about 2 in 3 real tokens); the logits elsewhere are then zero."""
+        scored = labels != -100 if labels is not None and self.training else None
+        outputs = self.layer_fusion(
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, positions=scored
+        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
-        if labels is not None:
+        if scored is not None:
+            loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
+            logits = _unpack(logits, scored)
+        elif labels is not None:
             loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         return TokenClassifierOutput(loss=loss, logits=logits)
 
