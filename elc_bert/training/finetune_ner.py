@@ -172,6 +172,10 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
     if config.max_eval_sentences is not None:
         dev = dev.select(range(min(config.max_eval_sentences, len(dev))))
     dev = encode(dev)
+    # Dev batches of like lengths: little padding to compute (a batch of 64 CoNLL-03 dev sentences in file order is
+    # two thirds padding); the F1 does not depend on the order of the sentences.
+    lengths = [len(input_ids) for input_ids in dev["input_ids"]]
+    dev = dev.select(sorted(range(len(dev)), key=lengths.__getitem__))
     results = {}
     for shots in config.shots:
         for trial in range(config.trials):
