@@ -6,7 +6,8 @@
 Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finished trials are skipped, so an
 interrupted run resumes), then writes into `results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95%
 t-interval over trials, per N), `f1_vs_n.png` (one line per head, per experiment) and `dwatt_depth_weights.png`
-(DWAtt's mean weight over MiniLM's states, per experiment and N).
+(DWAtt's mean weight over MiniLM's states, per experiment and N), and with the plan's `fe_vs_ft` pair the
+fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
 """
 
 import argparse
@@ -96,6 +97,7 @@ def write(results: dict, plan: dict, results_dir: Path):
             cells = [cell(summary.get(f"n{n}")) for n in shots]
             lines.append(f"| {head} | " + " | ".join(cells) + " |")
             table[f"{name}/{head}"] = {f"n{n}": summary[f"n{n}"] for n in shots if f"n{n}" in summary}
+    lines += fe_vs_ft(results, plan, results_dir)
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
     print("\n".join(lines))
@@ -128,6 +130,52 @@ def write(results: dict, plan: dict, results_dir: Path):
         figure.tight_layout()
         figure.savefig(results_dir / "dwatt_depth_weights.png", dpi=120)
         plt.close(figure)
+
+
+def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
+    """The plan's `fe_vs_ft: [FE experiment, FT experiment]` (the DWAtt paper's Figure 6): per head and N that both
+    have, the two means side by side and their difference, as Markdown lines and `fe_vs_ft.png` (bars with the 95%
+    intervals, one panel per N)."""
+    if "fe_vs_ft" not in plan:
+        return []
+    fe, ft = plan["fe_vs_ft"]
+    heads = [head for name, head in results if name == fe and (ft, head) in results]
+    if not heads:
+        return []
+    shots = [n for n in results[(ft, heads[0])]["shots"] if n in results[(fe, heads[0])]["shots"]]
+
+    def pair(head, n):
+        return [results[(name, head)]["summary"].get(f"n{n}") for name in (fe, ft)]
+
+    lines = ["", f"### Fine-tuning vs feature extraction ({ft} vs {fe})", ""]
+    lines += ["Each as set up in its table above (epochs, learning rate and dev sentences may differ).", ""]
+    lines.append("| head | " + " | ".join(f"N = {n}: FE / FT / FT - FE" for n in shots) + " |")
+    lines.append("|---" * (len(shots) + 1) + "|")
+    for head in heads:
+        cells = []
+        for n in shots:
+            frozen, tuned = pair(head, n)
+            difference = f"{100 * (tuned['mean'] - frozen['mean']):+.1f}" if frozen and tuned else "-"
+            cells.append(f"{cell(frozen)} / {cell(tuned)} / {difference}")
+        lines.append(f"| {head} | " + " | ".join(cells) + " |")
+
+    figure, axes = plt.subplots(1, len(shots), figsize=(4.5 * len(shots), 3.6), squeeze=False)
+    width = 0.38
+    for axis, n in zip(axes[0], shots):
+        for offset, (label, index) in zip((-width / 2, width / 2), (("FE", 0), ("FT", 1))):
+            results_at = [pair(head, n)[index] for head in heads]
+            means = [100 * r["mean"] if r else 0.0 for r in results_at]
+            errors = [100 * r["ci95"] if r else 0.0 for r in results_at]
+            positions = [i + offset for i in range(len(heads))]
+            axis.bar(positions, means, width, yerr=errors, capsize=3, label=label)
+        axis.set_xticks(range(len(heads)), heads)
+        axis.set(title=f"N = {n}", ylabel="best dev F1")
+        axis.legend()
+    figure.suptitle(f"Fine-tuning vs feature extraction ({ft} vs {fe}; missing bars: not run yet)", fontsize=10)
+    figure.tight_layout()
+    figure.savefig(results_dir / "fe_vs_ft.png", dpi=120)
+    plt.close(figure)
+    return lines
 
 
 def main():
