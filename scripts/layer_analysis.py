@@ -1,11 +1,12 @@
 """Layer analysis of the trained models (issue 8, experiment 4).
 
-    python scripts/layer_analysis.py configs/experiments/layer_analysis.yaml
+    python scripts/layer_analysis.py configs/experiments/layer_analysis.yaml [--report]
 
 Runs `elc-bert analyze` (all Painters strategies) for every model of the YAML file (a path or Hub name, or
 {model, metric, pppl_sentences} as `analyze` takes them) into `results_dir`/<name>/ (a model
 whose report.json exists is skipped; one not trained yet is reported and skipped), then writes
-`results_dir`/results.md: the leave-one-out table of every model side by side.
+`results_dir`/results.md: the leave-one-out table of every model side by side. With --report nothing is analysed:
+the table of the models analysed so far.
 """
 
 import argparse
@@ -22,6 +23,7 @@ from elc_bert.training.finetune_ner import resolve_model
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
+    parser.add_argument("--report", action="store_true", help="analyse nothing: the table of the finished models")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
     results_dir = Path(plan["results_dir"])
@@ -31,6 +33,9 @@ def main():
         entry = {"model": entry} if isinstance(entry, str) else entry
         out = results_dir / name
         if not (out / "report.json").exists():
+            if args.report:
+                print(f"{name}: not analysed yet")
+                continue
             path = resolve_model(entry["model"])
             if not (Path(path) / "config.json").exists():
                 print(f"skipping {name}: no model in {path} yet (train it first)")
