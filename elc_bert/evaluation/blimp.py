@@ -489,7 +489,12 @@ def evaluate_blimp(
         sets = {set_name: pairs[:max_pairs_per_set] for set_name, pairs in sets.items()}
     causal = is_causal_lm(model) if causal is None else causal
     scorer = causal_log_likelihoods if causal else pseudo_log_likelihoods
-    sentences = [pair[key] for pairs in sets.values() for pair in pairs for key in ("sentence_good", "sentence_bad")]
+    # Each set's sentences as good, bad, good, bad, ...
+    texts = {
+        set_name: [pair[key] for pair in pairs for key in ("sentence_good", "sentence_bad")]
+        for set_name, pairs in sets.items()
+    }
+    sentences = [sentence for set_texts in texts.values() for sentence in set_texts]
     partial = None
     if out_dir is not None:
         partial = _PartialScores(Path(out_dir) / f"{name}.partial.jsonl", _fingerprint(model, sets, causal))
@@ -500,13 +505,7 @@ def evaluate_blimp(
             done = partial.scores.get(set_name) if partial is not None else None
             if done is None:
                 start = time.perf_counter()
-                scores = scorer(
-                    model,
-                    tokenizer,
-                    [pair[key] for pair in pairs for key in ("sentence_good", "sentence_bad")],
-                    batch_tokens=batch_tokens,
-                    progress=False,
-                )
+                scores = scorer(model, tokenizer, texts[set_name], batch_tokens=batch_tokens, progress=False)
                 done = {"good": scores[0::2], "bad": scores[1::2], "seconds": time.perf_counter() - start}
                 if partial is not None:
                     partial.add(set_name, done)
