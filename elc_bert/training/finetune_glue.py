@@ -312,7 +312,7 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
         save_only_model=True,  # no optimiser state: checkpoints only serve load_best_model_at_end
         seed=config.seed,
         report_to=[],
-        dataloader_pin_memory=torch.cuda.is_available(),  # pinning needs an accelerator (else a warning)
+        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
         disable_tqdm=False,
     )
     if eval_every:

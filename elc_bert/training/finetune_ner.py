@@ -208,7 +208,7 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
                 logging_strategy="epoch",
                 seed=seed,
                 report_to=[],
-                dataloader_pin_memory=torch.cuda.is_available(),  # pinning needs an accelerator (else a warning)
+                dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
                 disable_tqdm=True,
             )
             arguments.update(config.training)

@@ -129,7 +129,7 @@ def mlm(config: MlmConfig) -> dict:
         prediction_loss_only=True,
         seed=config.seed,
         report_to=[],
-        dataloader_pin_memory=torch.cuda.is_available(),  # pinning needs an accelerator (else a warning)
+        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )
     arguments.update(config.training)
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mask_p)

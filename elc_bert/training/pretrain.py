@@ -172,7 +172,7 @@ def pretrain(config: PretrainConfig) -> dict:
         eval_steps=max(1, config.max_steps // 5),
         remove_unused_columns=False,
         report_to=[],
-        dataloader_pin_memory=torch.cuda.is_available(),  # pinning needs an accelerator (else a warning)
+        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )
     training.update(config.training)
     # Masks are a function of each batch's ids and the seed: a resumed run masks exactly as the first one did.
