@@ -21,6 +21,20 @@ def test_confidence_interval_is_the_t_interval():
     assert confidence_interval([0.4]) == (0.4, 0.0)
 
 
+class _CacheProbe(TrainerCallback):
+    """Records the feature cache's size when training begins and its misses after the first step."""
+
+    def __init__(self):
+        self.cached_at_start, self.misses_at_first_step = [], []
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.cached_at_start.append(len(model.base_model.feature_cache))
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if state.global_step == 1:
+            self.misses_at_first_step.append(model.base_model.feature_cache.misses)
+
+
 @pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
 def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys):
     config = FinetuneNerConfig(
@@ -33,8 +47,13 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
         learning_rate=5e-3,
         max_eval_sentences=48,
     )
-    summary = finetune_ner(config)
+    probe = _CacheProbe()
+    summary = finetune_ner(config, callbacks=[probe])
     scores = summary["n2"]["best_dev_f1"]
+    # feature extraction with the cache filled ahead of training: no training step misses it
+    trial_sizes = [json.loads((tmp_path / "ner" / "n2" / f"trial{t}" / "result.json").read_text()) for t in (0, 1)]
+    assert probe.cached_at_start == [trial["train_sentences"] for trial in trial_sizes]
+    assert probe.misses_at_first_step == [0, 0]
     assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
     assert summary["n2"]["mean"] == pytest.approx(sum(scores) / 2)
     trial = json.loads((tmp_path / "ner" / "n2" / "trial0" / "result.json").read_text())

@@ -608,6 +608,61 @@ def test_feature_cache_matches_uncached(fusion):
             assert len(calls) == before, "no backbone pass once every example is cached"
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_fill_feature_cache_ahead_of_training(kind):
+    """fill_feature_cache computes every example's states in one pass of length-sorted batches: each equals the
+    backbone's states of that example run alone, and training afterwards runs no backbone pass at all."""
+    model = build(LayerFusionForTokenClassification, kind=kind, fusion="dwatt", num_labels=4, freeze_backbone=True)
+    lengths = [9, 4, 12, 6, 3, 10, 7, 5]
+    gen = torch.Generator().manual_seed(8)
+    examples = []
+    for n in lengths:
+        example = {"input_ids": torch.randint(5, 96, (n,), generator=gen).tolist(), "labels": [1] * n}
+        if kind == "bert":  # token types matter to BERT's states
+            example["token_type_ids"] = torch.randint(0, 2, (n,), generator=gen).tolist()
+        examples.append(example)
+    with pytest.raises(ValueError, match="enable_feature_cache"):
+        model.base_model.fill_feature_cache(examples)
+    calls = []
+    model.base_model.backbone.register_forward_hook(lambda *args: calls.append(1))
+    model.base_model.enable_feature_cache()
+    cache = model.base_model.feature_cache
+    model.base_model.fill_feature_cache(examples + examples[:3], batch_size=3, progress=False)
+    assert len(cache) == 8 and len(calls) == 3, (len(cache), len(calls))
+
+    for example in examples:
+        input_ids = torch.tensor([example["input_ids"]])
+        types = torch.tensor([example["token_type_ids"]]) if "token_type_ids" in example else None
+        with torch.no_grad():
+            alone = model.base_model.backbone(
+                input_ids, token_type_ids=types, output_hidden_states=True
+            )  # no padding, no mask
+        expected = torch.stack([*alone.hidden_states[:-1], alone.last_hidden_state])[:, 0]
+        key = input_ids[0].numpy().tobytes()
+        if types is not None and types.any():
+            key += b"|" + types[0].numpy().tobytes()
+        cached = cache.store[key]
+        check_close(cached, expected, 1e-5, f"cached states of a length-{input_ids.shape[1]} example")
+
+    before = len(calls)
+    model.base_model.fill_feature_cache(examples, progress=False)  # all cached: nothing to compute
+    model.train()
+    input_ids, attention_mask, token_type_ids = (torch.zeros(8, 12, dtype=torch.long) for _ in range(3))
+    for row, example in enumerate(examples):
+        n = len(example["input_ids"])
+        input_ids[row, :n] = torch.tensor(example["input_ids"])
+        attention_mask[row, :n] = 1
+        token_type_ids[row, :n] = torch.tensor(example.get("token_type_ids", [0] * n))
+    labels = torch.where(attention_mask.bool(), 1, -100)
+    model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, labels=labels).loss.backward()
+    assert len(calls) == before, "a backbone pass after the cache was filled"
+    assert (cache.misses, cache.hits) == (0, 8)
+    if kind == "bert":  # the same tokens with other token types are another example
+        other = {"input_ids": examples[0]["input_ids"], "token_type_ids": [1] * lengths[0]}
+        model.base_model.fill_feature_cache([other], progress=False)
+        assert len(cache) == 9
+
+
 @pytest.mark.parametrize("cache", [False, True], ids=["no-cache", "cache"])
 @pytest.mark.parametrize("fusion", FUSIONS)
 def test_training_step_on_labelled_positions_only_equals_the_full_computation(fusion, cache):

@@ -195,6 +195,8 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             train = encode(few_shot_sample(data["train"], shots, classes, seed=seed))
             set_seed(seed)
             model = build_model(config, label_names)
+            if getattr(model.base_model, "feature_cache", None) is not None:
+                model.base_model.fill_feature_cache(train, progress=False)  # one pass, batches of like lengths
             arguments = dict(
                 output_dir=str(run_dir),
                 num_train_epochs=config.epochs,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
@@ -148,8 +149,13 @@ class FeatureCache:
         self.hits = self.misses = 0
 
     @staticmethod
-    def key(input_ids: torch.Tensor, mask: torch.Tensor) -> bytes:
-        return input_ids[mask.bool()].cpu().numpy().tobytes()
+    def key(input_ids: torch.Tensor, mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> bytes:
+        """The real tokens' ids, and their token types unless all 0 (the backbones' default when none are given)."""
+        mask = mask.bool()
+        key = input_ids[mask].long().cpu().numpy().tobytes()
+        if token_type_ids is not None and bool(token_type_ids[mask].any()):
+            key += b"|" + token_type_ids[mask].long().cpu().numpy().tobytes()
+        return key
 
     def __len__(self):
         return len(self.store)
@@ -242,18 +248,15 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         cache = self.feature_cache
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        keys = [cache.key(ids, mask) for ids, mask in zip(input_ids, attention_mask)]
+        types = token_type_ids if token_type_ids is not None else [None] * len(input_ids)
+        keys = [cache.key(*row) for row in zip(input_ids, attention_mask, types)]
         missing = [i for i, key in enumerate(keys) if key not in cache.store]
         cache.hits += len(keys) - len(missing)
         cache.misses += len(missing)
         if missing:
             rows = torch.tensor(missing, device=input_ids.device)
             types = token_type_ids[rows] if token_type_ids is not None else None
-            with torch.no_grad():
-                computed = self._run_backbone(input_ids[rows], attention_mask[rows], types)
-            stacked = torch.stack(computed)  # S x b x T x D
-            for j, i in enumerate(missing):
-                cache.store[keys[i]] = stacked[:, j, attention_mask[i].bool()].cpu()
+            self._cache_states([keys[i] for i in missing], input_ids[rows], attention_mask[rows], types)
         real = attention_mask.bool().cpu()
         if positions is not None:
             wanted = positions.cpu()
@@ -266,6 +269,55 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         for i, key in enumerate(keys):
             states[:, i, real[i]] = cache.store[key]
         return list(states.to(input_ids.device).unbind(0))
+
+    @torch.no_grad()
+    def fill_feature_cache(self, examples, batch_size: int = 64, progress: bool = True):
+        """Computes the frozen backbone's states of `examples` into the feature cache in one pass ahead of training,
+        in batches of like lengths: far less padding than the shuffled training batches that would fill it otherwise.
+
+        examples: a sequence of dicts (a `datasets.Dataset` of tokenized examples will do) with unpadded `input_ids`
+        and, optionally, `token_type_ids`; other fields are ignored. Examples already cached are skipped."""
+        cache = self.feature_cache
+        if cache is None:
+            raise ValueError("fill_feature_cache needs the feature cache: call enable_feature_cache() first")
+        todo = {}
+        for example in examples:
+            input_ids = torch.as_tensor(example["input_ids"], dtype=torch.long)
+            types = example.get("token_type_ids")
+            types = torch.as_tensor(types, dtype=torch.long) if types is not None else None
+            key = cache.key(input_ids, torch.ones_like(input_ids), types)
+            if key not in cache.store:
+                todo[key] = (input_ids, types)
+        order = sorted(todo, key=lambda key: len(todo[key][0]))
+        was_training = self.backbone.training
+        self.backbone.eval()
+        pad = getattr(self.config.backbone_config, "pad_token_id", None) or 0
+        device = self.backbone.device
+        with tqdm(total=len(order), desc="feature cache", unit="example", disable=not progress) as bar:
+            for start in range(0, len(order), batch_size):
+                keys = order[start : start + batch_size]
+                length = len(todo[keys[-1]][0])
+                input_ids = torch.full((len(keys), length), pad, dtype=torch.long)
+                attention_mask = torch.zeros_like(input_ids)
+                token_type_ids = torch.zeros_like(input_ids)
+                for row, key in enumerate(keys):
+                    ids, types = todo[key]
+                    input_ids[row, : len(ids)] = ids
+                    attention_mask[row, : len(ids)] = 1
+                    if types is not None:
+                        token_type_ids[row, : len(ids)] = types
+                has_types = any(todo[key][1] is not None for key in keys)
+                types = token_type_ids.to(device) if has_types else None
+                self._cache_states(keys, input_ids.to(device), attention_mask.to(device), types)
+                bar.update(len(keys))
+        self.backbone.train(was_training)
+
+    @torch.no_grad()
+    def _cache_states(self, keys, input_ids, attention_mask, token_type_ids):
+        """Runs the backbone on a batch and stores each row's states at its real tokens (S x n x D) under its key."""
+        stacked = torch.stack(self._run_backbone(input_ids, attention_mask, token_type_ids))  # S x b x T x D
+        for row, key in enumerate(keys):
+            self.feature_cache.store[key] = stacked[:, row, attention_mask[row].bool()].cpu()
 
     def _run_backbone(self, input_ids, attention_mask, token_type_ids):
         """z_0..z_L, with z_L the backbone's own output (for an ELC-BERT `weighted_output` backbone that is its
