@@ -2,7 +2,10 @@
 
 import json
 import math
+import socket
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,9 +50,25 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
         learning_rate=5e-3,
         max_eval_sentences=48,
     )
-    probe = _CacheProbe()
-    summary = finetune_ner(config, callbacks=[probe])
+    # Another live process has claimed trial 1 (processes running the same job side by side share the trials).
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        claim = tmp_path / "ner" / "n2" / "trial1" / ".claimed"
+        claim.parent.mkdir(parents=True)
+        claim.write_text(f"{socket.gethostname()} {other.pid}")
+        probe = _CacheProbe()
+        partial = finetune_ner(config, callbacks=[probe])
+    finally:
+        other.kill()
+        other.wait()
+    assert len(partial["n2"]["best_dev_f1"]) == 1 and partial["n2"]["of"] == 2
+    assert "(1 of 2 trials)" in (tmp_path / "ner" / "results.md").read_text()
+    assert "N=2 trial 1: left to the process that runs it" in capsys.readouterr().out
+    assert not (tmp_path / "ner" / "n2" / "trial1" / "result.json").exists()
+    assert not (tmp_path / "ner" / "n2" / "trial0" / ".claimed").exists()  # released when done
+    summary = finetune_ner(config, callbacks=[probe])  # that process is gone: its trial is taken over
     scores = summary["n2"]["best_dev_f1"]
+    assert scores[0] == partial["n2"]["best_dev_f1"][0]
     # feature extraction with the cache filled ahead of training: no training step misses it
     trial_sizes = [json.loads((tmp_path / "ner" / "n2" / f"trial{t}" / "result.json").read_text()) for t in (0, 1)]
     assert probe.cached_at_start == [trial["train_sentences"] for trial in trial_sizes]

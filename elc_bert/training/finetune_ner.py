@@ -8,7 +8,9 @@ Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, 
 
 import json
 import math
+import os
 import shutil
+import socket
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +192,10 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             if done.exists():
                 results[(shots, trial)] = json.loads(done.read_text())["best_dev_f1"]
                 continue
+            holder = claim(run_dir)
+            if holder is not None:
+                print(f"N={shots} trial {trial}: left to the process that runs it ({holder}, {run_dir / CLAIM})")
+                continue
             seed = config.seed + trial
             classes = entity_types if config.shot_unit == "per_entity_type" else 1
             train = encode(few_shot_sample(data["train"], shots, classes, seed=seed))
@@ -247,6 +253,7 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             )
             for finished in run_dir.glob("checkpoint-*"):
                 shutil.rmtree(finished)
+            (run_dir / CLAIM).unlink(missing_ok=True)
             results[(shots, trial)] = best
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
             epochs = list(range(1, len(curve) + 1))
@@ -254,15 +261,54 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
     return write_results(config, results)
 
 
+CLAIM = ".claimed"
+
+
+def claim(run_dir: Path) -> str | None:
+    """Takes a trial for this process by writing `run_dir/.claimed` (host and pid), so that several processes
+    running the same jobs side by side share out the trials. Returns None when the trial is this process's to run,
+    else the live process that holds it. A claim whose process is gone (on this host) is taken over; one from another
+    host is respected: delete the file if that run is dead."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CLAIM
+    me = (socket.gethostname(), os.getpid())
+    try:
+        with open(path, "x") as file:
+            file.write(f"{me[0]} {me[1]}")
+        return None
+    except FileExistsError:
+        host, _, pid = path.read_text().strip().rpartition(" ")
+        if (host, pid) != (me[0], str(me[1])) and (host != me[0] or _alive(int(pid))):
+            return f"{host} pid {pid}"
+    path.write_text(f"{me[0]} {me[1]}")  # this process's own claim, or a stale one
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        return True
+    return True
+
+
 def write_results(config: FinetuneNerConfig, results: dict) -> dict:
+    """results.json, results.md and f1_vs_n.png over the finished trials; an N with some trials still running
+    elsewhere says how many of the planned ones it holds (`of`)."""
     summary = {"config": {"model": config.model, "fusion": config.fusion, "freeze_backbone": config.freeze_backbone}}
     rows = []
     for shots in config.shots:
-        values = [results[(shots, trial)] for trial in range(config.trials)]
+        values = [results[(shots, trial)] for trial in range(config.trials) if (shots, trial) in results]
+        if not values:
+            continue
         mean, half_width = confidence_interval(values)
-        summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width}
+        summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
+        counted = f" ({len(values)} of {config.trials} trials)" if len(values) < config.trials else ""
         rows.append(
-            f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f} | {', '.join(f'{100 * v:.1f}' for v in values)} |"
+            f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f}{counted} "
+            f"| {', '.join(f'{100 * v:.1f}' for v in values)} |"
         )
     output_dir = Path(config.output_dir)
     (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
@@ -276,7 +322,8 @@ def write_results(config: FinetuneNerConfig, results: dict) -> dict:
         *rows,
     ]
     (output_dir / "results.md").write_text("\n".join(table) + "\n")
-    means = [summary[f"n{shots}"]["mean"] for shots in config.shots]
-    plot_curves(output_dir / "f1_vs_n.png", {config.fusion or "plain": (config.shots, means)}, "N", "best dev F1", mode)
+    shots = [n for n in config.shots if f"n{n}" in summary]
+    means = [summary[f"n{n}"]["mean"] for n in shots]
+    plot_curves(output_dir / "f1_vs_n.png", {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
     print("\n".join(table))
     return summary
