@@ -4,9 +4,10 @@
     python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml --report   # tables of the finished trials only
 
 Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finished trials are skipped, so an
-interrupted run resumes, and two processes started side by side share out the trials), then writes into `results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95%
-t-interval over trials, per N), `f1_vs_n.png` (one line per head, per experiment) and `dwatt_depth_weights.png`
-(DWAtt's mean weight over MiniLM's states, per experiment and N), and with the plan's `fe_vs_ft` pair the
+interrupted run resumes, and two processes started side by side share out the trials), then writes into
+`results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95% t-interval over trials, per N), `f1_vs_n.png`
+(one line per head, per experiment) and `dwatt_depth_weights.png` (DWAtt's mean weight over MiniLM's states, per
+experiment and N), and with the plan's `fe_vs_ft` pair the
 fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
 """
 
@@ -171,7 +172,9 @@ def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
         axis.set_xticks(range(len(heads)), heads)
         axis.set(title=f"N = {n}", ylabel="best dev F1")
         axis.legend()
-    figure.suptitle(f"Fine-tuning vs feature extraction ({ft} vs {fe}; missing bars: not run yet)", fontsize=10)
+    missing = any(result is None for head in heads for n in shots for result in pair(head, n))
+    note = "; missing bars: not run yet" if missing else ""
+    figure.suptitle(f"Fine-tuning vs feature extraction ({ft} vs {fe}{note})", fontsize=10)
     figure.tight_layout()
     figure.savefig(results_dir / "fe_vs_ft.png", dpi=120)
     plt.close(figure)

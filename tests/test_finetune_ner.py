@@ -24,6 +24,17 @@ def test_confidence_interval_is_the_t_interval():
     assert confidence_interval([0.4]) == (0.4, 0.0)
 
 
+class _WriteWhenTrainingEnds(TrainerCallback):
+    """Stands for another process that finishes a trial: writes `content` as JSON to `path` once."""
+
+    def __init__(self, path: Path, content: dict):
+        self.path, self.content = path, content
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not self.path.exists():
+            self.path.write_text(json.dumps(self.content))
+
+
 class _CacheProbe(TrainerCallback):
     """Records the feature cache's size when training begins and its misses after the first step."""
 
@@ -56,7 +67,14 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
         claim = tmp_path / "ner" / "n2" / "trial1" / ".claimed"
         claim.parent.mkdir(parents=True)
         claim.write_text(f"{socket.gethostname()} {other.pid}")
+        elsewhere = {"shots": 2, "trial": 1, "train_sentences": 8, "best_dev_f1": 0.25, "dev_f1_per_epoch": [0.25]}
+        finisher = _WriteWhenTrainingEnds(claim.parent / "result.json", elsewhere)
         probe = _CacheProbe()
+        # the other process finishes trial 1 while this one trains trial 0: the tables hold both
+        finetune_ner(config, callbacks=[probe, finisher])
+        assert "(1 of 2 trials)" not in (tmp_path / "ner" / "results.md").read_text()
+        assert json.loads((tmp_path / "ner" / "results.json").read_text())["n2"]["best_dev_f1"][1] == 0.25
+        (claim.parent / "result.json").unlink()  # as if it had never finished
         partial = finetune_ner(config, callbacks=[probe])
     finally:
         other.kill()

@@ -258,6 +258,11 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
             epochs = list(range(1, len(curve) + 1))
             plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
+    for shots in config.shots:  # trials that other processes finished meanwhile
+        for trial in range(config.trials):
+            done = output_dir / f"n{shots}" / f"trial{trial}" / "result.json"
+            if (shots, trial) not in results and done.exists():
+                results[(shots, trial)] = json.loads(done.read_text())["best_dev_f1"]
     return write_results(config, results)
 
 
