@@ -23,20 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from elc_bert.training.config import load_config  # noqa: E402
-from elc_bert.training.finetune_ner import FinetuneNerConfig, confidence_interval, finetune_ner  # noqa: E402
-
-
-def finished(config: FinetuneNerConfig) -> dict:
-    """finetune_ner's summary from the trials finished so far, without training; an N with no finished trial is
-    left out. Each N also says how many of the planned trials it holds."""
-    summary = {}
-    for shots in config.shots:
-        paths = [Path(config.output_dir) / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
-        values = [json.loads(path.read_text())["best_dev_f1"] for path in paths if path.exists()]
-        if values:
-            mean, half_width = confidence_interval(values)
-            summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
-    return summary
+from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
 
 
 def run(plan: dict, names: list[str], heads: list[str], report: bool = False) -> dict:
@@ -50,7 +37,7 @@ def run(plan: dict, names: list[str], heads: list[str], report: bool = False) ->
             output_dir = Path(plan["runs_dir"]) / name / head.replace("+", "plus")
             config = dataclasses.replace(base, **changes, output_dir=str(output_dir))
             print(f"\n== {name}: {head} ==")
-            summary = finished(config) if report else finetune_ner(config)
+            summary = summarize(config) if report else finetune_ner(config)
             depth = {}
             if config.fusion == "dwatt":
                 for shots in config.shots:

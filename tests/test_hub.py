@@ -375,7 +375,7 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
         weights = [0.1, 0.2, 0.3, 0.4] if shots == 8 else [0.4, 0.3, 0.2, 0.1]
         result = {"shots": shots, "trial": trial, "best_dev_f1": f1, "mean_depth_weights": weights}
         (trial_dir / "result.json").write_text(json.dumps(result))
-    summary = write_results(config, scores)
+    summary = write_results(config)
 
     out = tmp_path / "out"
     folders, _ = exported

@@ -184,13 +184,11 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
     # two thirds padding); the F1 does not depend on the order of the sentences.
     lengths = [len(input_ids) for input_ids in dev["input_ids"]]
     dev = dev.select(sorted(range(len(dev)), key=lengths.__getitem__))
-    results = {}
     for shots in config.shots:
         for trial in range(config.trials):
             run_dir = output_dir / f"n{shots}" / f"trial{trial}"
             done = run_dir / "result.json"
             if done.exists():
-                results[(shots, trial)] = json.loads(done.read_text())["best_dev_f1"]
                 continue
             holder = claim(run_dir)
             if holder is not None:
@@ -254,16 +252,10 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             for finished in run_dir.glob("checkpoint-*"):
                 shutil.rmtree(finished)
             (run_dir / CLAIM).unlink(missing_ok=True)
-            results[(shots, trial)] = best
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
             epochs = list(range(1, len(curve) + 1))
             plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
-    for shots in config.shots:  # trials that other processes finished meanwhile
-        for trial in range(config.trials):
-            done = output_dir / f"n{shots}" / f"trial{trial}" / "result.json"
-            if (shots, trial) not in results and done.exists():
-                results[(shots, trial)] = json.loads(done.read_text())["best_dev_f1"]
-    return write_results(config, results)
+    return write_results(config)  # with the trials that other processes finished meanwhile
 
 
 CLAIM = ".claimed"
@@ -299,17 +291,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def write_results(config: FinetuneNerConfig, results: dict) -> dict:
-    """results.json, results.md and f1_vs_n.png over the finished trials; an N with some trials still running
-    elsewhere says how many of the planned ones it holds (`of`)."""
+def summarize(config: FinetuneNerConfig) -> dict:
+    """Per N, the best dev F1 of the trials finished so far (their result.json files), their mean and 95%
+    t-interval, and how many trials were planned (`of`); an N with no finished trial is left out."""
     summary = {"config": {"model": config.model, "fusion": config.fusion, "freeze_backbone": config.freeze_backbone}}
+    for shots in config.shots:
+        paths = [Path(config.output_dir) / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
+        values = [json.loads(path.read_text())["best_dev_f1"] for path in paths if path.exists()]
+        if values:
+            mean, half_width = confidence_interval(values)
+            summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
+    return summary
+
+
+def write_results(config: FinetuneNerConfig) -> dict:
+    """results.json, results.md and f1_vs_n.png over the finished trials (`summarize`); an N with some trials still
+    running elsewhere says how many of the planned ones it holds."""
+    summary = summarize(config)
     rows = []
     for shots in config.shots:
-        values = [results[(shots, trial)] for trial in range(config.trials) if (shots, trial) in results]
-        if not values:
+        if f"n{shots}" not in summary:
             continue
-        mean, half_width = confidence_interval(values)
-        summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
+        values, mean, half_width = (summary[f"n{shots}"][key] for key in ("best_dev_f1", "mean", "ci95"))
         counted = f" ({len(values)} of {config.trials} trials)" if len(values) < config.trials else ""
         rows.append(
             f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f}{counted} "
