@@ -7,8 +7,7 @@ Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finish
 interrupted run resumes, and two processes started side by side share out the trials), then writes into
 `results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95% t-interval over trials, per N), `f1_vs_n.png`
 (one line per head, per experiment) and `dwatt_depth_weights.png` (DWAtt's mean weight over MiniLM's states, per
-experiment and N), and with the plan's `fe_vs_ft` pair the
-fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
+experiment and N), and with the plan's `fe_vs_ft` pair the fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
 """
 
 import argparse

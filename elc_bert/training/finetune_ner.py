@@ -268,16 +268,17 @@ def claim(run_dir: Path) -> str | None:
     host is respected: delete the file if that run is dead."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / CLAIM
-    me = (socket.gethostname(), os.getpid())
+    me = f"{socket.gethostname()} {os.getpid()}"
     try:
         with open(path, "x") as file:
-            file.write(f"{me[0]} {me[1]}")
+            file.write(me)
         return None
     except FileExistsError:
-        host, _, pid = path.read_text().strip().rpartition(" ")
-        if (host, pid) != (me[0], str(me[1])) and (host != me[0] or _alive(int(pid))):
+        holder = path.read_text().strip()
+        host, _, pid = holder.rpartition(" ")
+        if holder != me and (host != socket.gethostname() or _alive(int(pid))):
             return f"{host} pid {pid}"
-    path.write_text(f"{me[0]} {me[1]}")  # this process's own claim, or a stale one
+    path.write_text(me)  # this process's own claim, or a stale one
     return None
 
 
@@ -286,8 +287,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:  # exists, another user's
-        return True
+    except PermissionError:  # it exists, another user's
+        pass
     return True
 
 

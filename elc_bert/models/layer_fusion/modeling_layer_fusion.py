@@ -140,8 +140,9 @@ class ExtraLayers(nn.Module):
 class FeatureCache:
     """The frozen backbone's states of each example, computed once and reused in every later epoch.
 
-    Keyed by the example's real (unpadded) token ids; values are S x n x D tensors on the CPU. Correct only while the
-    backbone is frozen, in eval mode and right-padded inputs give the same states at real positions.
+    Keyed by the example's real (unpadded) token ids and token types (`key`); values are S x n x D tensors on the CPU.
+    Correct only while the backbone is frozen, in eval mode and right-padded inputs give the same states at real
+    positions.
     """
 
     def __init__(self):
