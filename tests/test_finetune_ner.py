@@ -164,7 +164,7 @@ def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsy
             fusion="dwatt",
             freeze_backbone=False,
             feature_cache=False,
-            shots=[2],
+            shots=[4],
             trials=1,
             epochs=3,
             batch_size=4,
@@ -174,14 +174,14 @@ def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsy
         )
 
     finetune_ner(config("whole"))
-    whole = json.loads((tmp_path / "whole" / "n2" / "trial0" / "result.json").read_text())
+    whole = json.loads((tmp_path / "whole" / "n4" / "trial0" / "result.json").read_text())
     assert len(set(whole["dev_f1_per_epoch"])) > 1  # the curve moves, so a resume that trains differently shows
 
     with pytest.raises(KeyboardInterrupt):
         finetune_ner(config("cut"), callbacks=[_StopAfterSavingEpoch(2)])
-    trial_dir = tmp_path / "cut" / "n2" / "trial0"
+    trial_dir = tmp_path / "cut" / "n4" / "trial0"
     assert not (trial_dir / "result.json").exists()
-    assert [path.name for path in trial_dir.glob("checkpoint-*")] == ["checkpoint-4"]  # 8 sentences / 4 x 2 epochs
+    assert [path.name for path in trial_dir.glob("checkpoint-*")] == ["checkpoint-8"]  # 16 sentences / 4 x 2 epochs
     counter = _CountEpochs()
     finetune_ner(config("cut"), callbacks=[counter])
     assert "resuming from" in capsys.readouterr().out

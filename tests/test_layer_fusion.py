@@ -289,7 +289,7 @@ def test_last_is_backbone_last_hidden_state(kind):
         plain = model.backbone(input_ids, attention_mask=attention_mask)
     check_close(output.last_hidden_state, plain.last_hidden_state, 0.0, "Last vs backbone", attention_mask)
     assert output.depth_weights is None
-    assert len(output.hidden_states) == config.num_hidden_layers + 1
+    assert len(output.hidden_states) == config.num_hidden_layers + 2  # z_0..z_L, then the fused output
 
 
 @pytest.mark.parametrize("fusion", ["dwatt", "concat", "average"])
@@ -489,7 +489,8 @@ def test_from_backbone_keeps_backbone_weights(kind, tmp_path):
     )
     assert model.config.num_labels == 3 and model.config.freeze_backbone
     assert type(model.config.backbone_config) is type(pretrained.config)
-    expected = pretrained.state_dict()
+    # the pooler (BERT family) is dropped: the heads read the fused states
+    expected = {key: value for key, value in pretrained.state_dict().items() if not key.startswith("pooler.")}
     got = model.base_model.backbone.state_dict()
     assert set(got) == set(expected)
     changed = [key for key in expected if not torch.equal(got[key], expected[key])]
@@ -787,7 +788,7 @@ def test_minilm_dwatt_feature_extraction_learns_conll():
         probe = model.base_model(input_ids[:2], attention_mask=attention_mask[:2], output_hidden_states=True)
         reference = AutoModel.from_pretrained(str(folder)).eval()(input_ids[:2], attention_mask=attention_mask[:2])
     assert probe.depth_weights.shape[-1] == 7, "6 layers + embeddings"
-    check_close(probe.hidden_states[-1], reference.last_hidden_state, 0.0, "pretrained MiniLM", attention_mask[:2])
+    check_close(probe.hidden_states[-2], reference.last_hidden_state, 0.0, "pretrained MiniLM", attention_mask[:2])
 
     model.base_model.enable_feature_cache()
     model.train()

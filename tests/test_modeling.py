@@ -133,19 +133,19 @@ def test_matches_naive_reference(reference_checkpoint, arch, split):
             assert torch.all(alpha[n, n + 1 :] == 0)
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base")], ids=arch_id)
-def test_fused_attention_path_matches_naive_reference(reference_checkpoint, monkeypatch, arch):
-    """The SDPA path (taken on CUDA) forced on the CPU: same numbers as the naive reference, training works."""
-    from elc_bert.models.elc_bert.modeling_elc_bert import ElcBertAttention
-
-    monkeypatch.setattr(ElcBertAttention, "fused_attention_devices", ("cpu",))
+def test_attention_implementations_match_naive_reference(reference_checkpoint, arch, implementation):
+    """Both attention implementations, chosen through `attn_implementation` as in `transformers`: the same numbers
+    as the naive reference on any device, and training works."""
     folder, sd = reference_checkpoint(elc=arch[0] == "elc", seed=4)
-    model = _load_reference(folder, arch, "halves")
+    model = ElcBertForMaskedLM.from_pretrained(folder, attn_implementation=implementation)
+    assert model.config._attn_implementation == implementation
     input_ids, attention_mask = padded_batch([20, 13, 6], vocab_size=REF_DIMS["vocab_size"], seed=2)
     with torch.no_grad():
         logits = model(input_ids, attention_mask=attention_mask).logits
     ref = naive_forward(sd, input_ids, attention_mask, num_heads=REF_DIMS["num_heads"], layer_combination=arch[0])
-    assert_close(logits, ref["mlm_logits"], atol=1e-5, what="mlm logits (fused path)")
+    assert_close(logits, ref["mlm_logits"], atol=1e-5, what=f"mlm logits ({implementation})")
     model.train()
     labels = torch.where(attention_mask.bool(), input_ids, -100)
     model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
@@ -271,7 +271,7 @@ def test_hidden_states_count_and_shape(arch):
 
 @pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
 def test_every_class_returns_hidden_states_and_attentions(model_class):
-    model = task_model(model_class)
+    model = task_model(model_class, attn_implementation="eager")
     input_ids, attention_mask = task_inputs(model_class)
     with torch.no_grad():
         out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True, output_attentions=True)
@@ -285,7 +285,7 @@ def test_every_class_returns_hidden_states_and_attentions(model_class):
 
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "normalized")], ids=arch_id)
 def test_attentions_are_distributions_over_real_keys(arch):
-    model = task_model(ElcBertForMaskedLM, arch)
+    model = task_model(ElcBertForMaskedLM, arch, attn_implementation="eager")
     input_ids, attention_mask = padded_batch([11, 7, 4])
     with torch.no_grad():
         out = model(input_ids, attention_mask=attention_mask, output_attentions=True)
@@ -386,8 +386,9 @@ def _grads(model, input_ids, attention_mask, labels):
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
-def test_gradient_checkpointing_same_gradients(arch):
+def test_gradient_checkpointing_same_gradients(arch, reentrant):
     model = task_model(ElcBertForMaskedLM, arch).train()
     input_ids, attention_mask = padded_batch([11, 7, 4])
     labels = torch.where(torch.rand(input_ids.shape, generator=torch.Generator().manual_seed(0)) < 0.4, input_ids, -100)
@@ -401,7 +402,7 @@ def test_gradient_checkpointing_same_gradients(arch):
 
     reference = _grads(model, input_ids, attention_mask, labels)
     plain_calls = len(calls)
-    model.gradient_checkpointing_enable()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
     assert model.is_gradient_checkpointing
     calls.clear()
     checkpointed = _grads(model, input_ids, attention_mask, labels)
@@ -437,17 +438,23 @@ def test_bf16_autocast_forward_backward_no_nan(arch):
             assert torch.isfinite(p.grad).all(), name
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 @pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
-def test_fully_padded_row_float32(arch):
-    model = task_model(ElcBertForMaskedLM, arch)
+def test_fully_padded_row_float32(arch, implementation):
+    model = task_model(ElcBertForMaskedLM, arch, attn_implementation=implementation)
     input_ids, attention_mask = padded_batch([11, 7, 4])
     attention_mask[1] = 0
     with torch.no_grad():
-        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True, output_attentions=True)
+        out = model(
+            input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=True,
+            output_attentions=implementation == "eager",
+        )
         others = model(input_ids[[0, 2]], attention_mask=attention_mask[[0, 2]]).logits
     assert torch.isfinite(out.logits).all()
     assert all(torch.isfinite(h).all() for h in out.hidden_states)
-    assert all(torch.isfinite(a).all() for a in out.attentions)
+    assert all(torch.isfinite(a).all() for a in out.attentions or ())
     # The empty row does not disturb the others.
     torch.testing.assert_close(out.logits[[0, 2]], others, rtol=1e-5, atol=1e-5)
     # And the gradient is finite too.
@@ -579,9 +586,12 @@ def test_task_head_loss_and_backward(model_class, arch):
         torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse_prediction"])
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
-def test_masked_lm_with_labels_runs_head_on_labelled_positions(arch):
-    model = task_model(ElcBertForMaskedLM, arch)
+def test_masked_lm_logits_with_labels(arch, sparse):
+    """B x T x V logits with or without labels, like every transformers MLM; with `sparse_prediction` (the
+    pretraining job's setting) the head runs on the labelled positions only: N x V in row-major order."""
+    model = task_model(ElcBertForMaskedLM, arch, sparse_prediction=sparse)
     input_ids, attention_mask = padded_batch([11, 7, 4])
     labels = torch.full_like(input_ids, -100)
     positions = [(0, 1), (0, 5), (0, 10), (1, 0), (1, 6), (2, 2)]
@@ -593,9 +603,12 @@ def test_masked_lm_with_labels_runs_head_on_labelled_positions(arch):
         out = model(input_ids, attention_mask=attention_mask, labels=labels)
     V = TINY["vocab_size"]
     assert full.shape == (3, 11, V)
-    assert out.logits.shape == (len(positions), V)
     picked = torch.stack([full[r, c] for r, c in positions])  # row-major order
-    torch.testing.assert_close(out.logits, picked, rtol=1e-5, atol=1e-5)
+    if sparse:
+        assert out.logits.shape == (len(positions), V)
+        torch.testing.assert_close(out.logits, picked, rtol=1e-5, atol=1e-5)
+    else:
+        torch.testing.assert_close(out.logits, full, rtol=1e-5, atol=1e-5)
     expected = F.cross_entropy(picked.double(), targets)
     torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
 

@@ -168,7 +168,7 @@ def _elc_forward(encoder, plan: list):
         embeddings,
         relative_embedding,
         position_buckets,
-        padding_mask=None,
+        attention_mask=None,
         output_attentions=False,
         output_hidden_states=False,
     ):
@@ -182,10 +182,11 @@ def _elc_forward(encoder, plan: list):
                 for index in group:
                     layer = layers[index]
                     output, probabilities = layer(
-                        mix(layer, slots), relative_embedding, position_buckets, padding_mask, output_attentions
+                        mix(layer, slots), relative_embedding, position_buckets, attention_mask
                     )
                     outputs[index + 1] = output
-                    attentions.append(probabilities)
+                    if probabilities is not None:
+                        attentions.append(probabilities)
                 slots.update(outputs)
                 output = torch.stack(list(outputs.values())).mean(0)
             if output_hidden_states:

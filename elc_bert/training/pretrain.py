@@ -147,7 +147,9 @@ def pretrain(config: PretrainConfig) -> dict:
         starts = range(0, len(samples), config.batch_size)
         eval_dataset = batch_rows(samples, [list(range(i, min(i + config.batch_size, len(samples)))) for i in starts])
     torch.manual_seed(config.seed)
-    model_config = ElcBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), **config.model)
+    # The MLM head runs on the masked positions only while pretraining (the saved model returns B x T x V logits).
+    overrides = {"sparse_prediction": True, **config.model}
+    model_config = ElcBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), **overrides)
     model = ElcBertForMaskedLM(model_config)
 
     groups = parameter_groups(model, config.weight_decay)
@@ -196,6 +198,7 @@ def pretrain(config: PretrainConfig) -> dict:
     metrics = dict(result.metrics)
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
+    model.config.sparse_prediction = False
     trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir)

@@ -48,6 +48,9 @@ class ElcBertConfig(PreTrainedConfig):
         pad_token_id, bos_token_id, eos_token_id, mask_token_id (`int`): special token ids of the reference
             tokenizer ([PAD]=3, [CLS]=1, [SEP]=2, [MASK]=4).
         tie_word_embeddings (`bool`): tie the MLM decoder to the input embedding.
+        sparse_prediction (`bool`): in `ElcBertForMaskedLM` with labels, run the MLM head on the labelled positions
+            only and return their N x V logits (as ModernBERT does); the pretraining job turns it on. Off, the logits
+            are B x T x V like every `transformers` masked LM.
 
     Example:
         >>> config = ElcBertConfig.from_preset("strict-small")
@@ -75,6 +78,7 @@ class ElcBertConfig(PreTrainedConfig):
     eos_token_id: int | None = 2
     mask_token_id: int | None = 4
     tie_word_embeddings: bool = True
+    sparse_prediction: bool = False
 
     @classmethod
     def from_preset(cls, name: str, **kwargs) -> "ElcBertConfig":

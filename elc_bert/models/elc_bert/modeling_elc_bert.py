@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 from transformers import initialization as init
+from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -23,7 +24,9 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
 from .configuration_elc_bert import ElcBertConfig, LtgBertConfig
 
@@ -61,17 +64,52 @@ class ElcBertEmbeddings(nn.Module):
         return self.dropout(self.word_layer_norm(inputs_embeds)), self.relative_layer_norm(self.relative_embedding)
 
 
-class ElcBertAttention(nn.Module):
-    """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms."""
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scaling + position_bias + mask) v with an explicit softmax (the `"eager"` implementation).
 
-    # Devices whose `scaled_dot_product_attention` has a fused kernel that takes a bias with a gradient.
-    fused_attention_devices = ("cuda",)
+    query, key, value: B x H x T x d; position_bias: B x H x T x T; attention_mask: B x 1 x T x T (or broadcastable),
+    boolean (True = attend) or additive. Returns the context (B x T x H x d) and the attention probabilities
+    (B x H x T x T), the very tensor the context is computed from.
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    context = torch.matmul(F.dropout(weights, p=dropout, training=module.training), value)
+    return context.transpose(1, 2).contiguous(), weights
+
+
+class ElcBertAttention(nn.Module):
+    """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms.
+
+    The two positional terms form a B x H x T x T bias added to the scores; the attention itself runs through the
+    implementation named by `config._attn_implementation`: `"eager"` (explicit softmax, returns the probabilities) or
+    `"sdpa"` (`torch.nn.functional.scaled_dot_product_attention` with the bias as its float mask).
+    """
+
+    is_causal = False
 
     def __init__(self, config: ElcBertConfig):
         super().__init__()
+        self.config = config
         self.num_heads = config.num_attention_heads
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.scale = 1.0 / math.sqrt(3 * self.head_dim)
+        self.scaling = 1.0 / math.sqrt(3 * self.head_dim)
         self.interleaved = config.positional_split == "interleaved"
         self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
         self.in_proj_qk = nn.Linear(config.hidden_size, 2 * config.hidden_size)
@@ -80,55 +118,48 @@ class ElcBertAttention(nn.Module):
         self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps)
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
-    def forward(self, hidden_states, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
-        """hidden_states: B x T x D; position_buckets: T x T; padding_mask: 1 x B x 1 x T, True at padded keys.
+    def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
+        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: T x T; attention_mask: the
+        B x 1 x T x T (or B x 1 x 1 x T) mask of `create_bidirectional_mask`, or None.
 
-        Returns the sublayer output (B x T x D) and, when asked, the attention probabilities (B x H x T x T).
+        Returns the sublayer output (B x T x D) and the attention probabilities (B x H x T x T; None from "sdpa").
         """
         batch, length, width = hidden_states.shape
         heads, head_dim = self.num_heads, self.head_dim
         h = self.pre_layer_norm(hidden_states)
-        # Heads lead (H x B x T x d): each head's positional terms are then one large matmul over all B x T tokens.
-        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 3, 0, 1, 4).contiguous()
-        value = self.in_proj_v(h).view(batch, length, heads, head_dim).permute(2, 0, 1, 3)
+        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)  # B x H x T x d
 
-        # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the attention scale
-        # is applied to this small table rather than to the H x B x T x T bias.
-        position = self.in_proj_qk(self.dropout(relative_embedding)) * self.scale
+        # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the scaling is
+        # applied to this small table rather than to the B x H x T x T bias.
+        position = self.in_proj_qk(self.dropout(relative_embedding)) * self.scaling
         if self.interleaved:
             position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
         else:
             position = position.view(-1, 2, heads, head_dim).permute(1, 2, 0, 3)
-        query_position, key_position = position[0], position[1]  # each H x (2P-1) x d
+        query_position, key_position = position.unbind(0)  # each H x (2P-1) x d
 
-        tokens = query.view(heads, batch * length, head_dim), key.view(heads, batch * length, head_dim)
-        content_to_position = (tokens[0] @ key_position.transpose(1, 2)).view(heads, batch, length, -1)
-        position_to_content = (tokens[1] @ query_position.transpose(1, 2)).view(heads, batch, length, -1)
-        index = position_buckets.expand(heads, batch, length, length)
+        content_to_position = torch.matmul(query, key_position.transpose(-1, -2))  # B x H x T x (2P-1)
+        position_to_content = torch.matmul(key, query_position.transpose(-1, -2))  # B x H x T x (2P-1)
+        index = position_buckets.expand(batch, heads, length, length)
         bias = content_to_position.gather(-1, index)  # [i, j] <- row i at delta(i, j)
-        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # row j at delta(i, j)
-        if padding_mask is not None:
-            # The dtype's own minimum rather than -inf: a fully padded row stays finite in bf16 and fp16.
-            bias = bias.masked_fill(padding_mask, torch.finfo(bias.dtype).min)
+        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # row j, delta(i, j)
 
-        probabilities = None
-        if output_attentions or query.device.type not in self.fused_attention_devices:
-            # Off CUDA, SDPA falls back to its unfused math path when the bias needs a gradient; this is that path
-            # with the scaling and the bias folded into one baddbmm.
-            scores = torch.baddbmm(
-                bias.flatten(0, 1), query.flatten(0, 1), key.flatten(0, 1).transpose(1, 2), alpha=self.scale
-            )
-            weights = torch.softmax(scores, dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
-            weights = weights.to(value.dtype)
-            context = (self.dropout(weights) @ value.flatten(0, 1)).view(heads, batch, length, head_dim)
-            if output_attentions:
-                probabilities = weights.view(heads, batch, length, length).transpose(0, 1)
-        else:
-            dropout = self.dropout.p if self.training else 0.0
-            context = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=bias.to(query.dtype), dropout_p=dropout, scale=self.scale
-            )
-        context = context.permute(1, 2, 0, 3).reshape(batch, length, width)
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        context, probabilities = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            position_bias=bias.to(query.dtype),
+            **kwargs,
+        )
+        context = context.reshape(batch, length, width)
         return self.dropout(self.post_layer_norm(self.out_proj(context))), probabilities
 
 
@@ -167,9 +198,11 @@ class ElcBertLayer(GradientCheckpointingLayer):
                     config.hidden_size, config.layer_norm_eps, elementwise_affine=False
                 )
 
-    def forward(self, hidden_states, relative_embedding, position_buckets, padding_mask=None, output_attentions=False):
+    def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
+        """hidden_states: B x T x D, the block's input (ELC: its mixture of the earlier states). Returns the block's
+        output (B x T x D) and its attention probabilities (B x H x T x T, None from "sdpa")."""
         attention, probabilities = self.attention(
-            hidden_states, relative_embedding, position_buckets, padding_mask, output_attentions
+            hidden_states, relative_embedding, position_buckets, attention_mask, **kwargs
         )
         if self.residual:
             hidden_states = hidden_states + attention
@@ -183,23 +216,39 @@ class ElcBertLayer(GradientCheckpointingLayer):
 
 
 class LayerStack:
-    """The states y_0, y_1, ... of one forward pass in one preallocated S x B x T x D buffer, so that each layer's
-    mixture sum_i alpha_i y_i is a single matrix-vector product, and its backward a single rank-one update of a
-    gradient buffer of the same shape. Plain autograd would instead run one multiply-add per (layer, source) pair,
-    forward and backward: L(L+1)/2 passes over B x T x D each way."""
+    """The states y_0, y_1, ... of one forward pass and the mixtures sum_i alpha_i y_i that the blocks read.
+
+    Run eagerly, the states sit in one preallocated S x B x T x D buffer, so that each mixture is a single
+    matrix-vector product and its backward a single rank-one update of a gradient buffer of the same shape (plain
+    autograd would run one multiply-add per (layer, source) pair, forward and backward: L(L+1)/2 passes over
+    B x T x D each way). Under `torch.compile` or `torch.export` the mixture is plain tensor code instead, which the
+    compiler fuses into one kernel per mixture; the hand-written backward keeps Python state that a graph cannot hold.
+    """
 
     def __init__(self, first: torch.Tensor, size: int):
-        self.states = first.new_empty((size, first.numel()), dtype=torch.promote_types(first.dtype, torch.float32))
+        self.traced = torch.compiler.is_compiling()
+        if self.traced:
+            self.states = []
+        else:
+            dtype = torch.promote_types(first.dtype, torch.float32)
+            self.states = first.new_empty((size, first.numel()), dtype=dtype)
         self.count = 0
         self.gradients = None
         self.last_backward = None  # the depth of the mixture whose backward ran last
 
     def push_and_mix(self, state: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         """Appends `state`, then returns the mixture of everything pushed so far with weights softmax(logits)."""
+        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
+        if self.traced:  # the sum as written, which the compiler turns into one kernel without stacking the states
+            self.states.append(state)
+            weights = weights.to(state.dtype)
+            mixed = weights[0] * self.states[0]
+            for weight, earlier in zip(weights[1:], self.states[1:]):
+                mixed = mixed + weight * earlier
+            return mixed
         with torch.no_grad():
             self.states[self.count].copy_(state.reshape(-1))
         self.count += 1
-        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
         return _LayerMixture.apply(weights, state, self, self.count)
 
 
@@ -250,23 +299,26 @@ class ElcBertEncoder(nn.Module):
         embeddings,
         relative_embedding,
         position_buckets,
-        padding_mask=None,
+        attention_mask=None,
         output_attentions=False,
         output_hidden_states=False,
     ):
-        """Returns the model output, the states y_0..y_L (ELC) or the residual stream after each block (when
-        `output_hidden_states`), and the attention probabilities of each block (when `output_attentions`)."""
+        """embeddings: y_0 (B x T x D); attention_mask: the mask of `create_bidirectional_mask` or None.
+
+        Returns the model output, the states y_0..y_L (ELC) or the stream after each block (LTG-BERT; with
+        `output_hidden_states`), and the attention probabilities of each block (with `output_attentions`)."""
         states, attentions = [embeddings], []
         stack = LayerStack(embeddings, len(self.layers) + 1) if self.elc else None
         output = embeddings
         for layer in self.layers:
             hidden_states = stack.push_and_mix(output, layer.prev_layer_weights) if self.elc else output
             output, probabilities = layer(
-                hidden_states, relative_embedding, position_buckets, padding_mask, output_attentions=output_attentions
+                hidden_states, relative_embedding, position_buckets, attention_mask, output_attentions=output_attentions
             )
             if output_hidden_states:
                 states.append(output)
-            attentions.append(probabilities)
+            if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
+                attentions.append(probabilities)
         if hasattr(self, "output_layer_weights"):
             output = stack.push_and_mix(output, self.output_layer_weights)
         return output, states, attentions
@@ -356,6 +408,7 @@ class ElcBertPreTrainedModel(PreTrainedModel):
     config: ElcBertConfig
     base_model_prefix = "elc_bert"
     supports_gradient_checkpointing = True
+    _supports_sdpa = True
     _no_split_modules = ["ElcBertLayer"]
     _keys_to_ignore_on_load_unexpected = [r"position_indices"]
 
@@ -381,6 +434,9 @@ class ElcBertPreTrainedModel(PreTrainedModel):
             init.copy_(module.prev_layer_weights, logits)
         elif isinstance(module, ElcBertEncoder) and hasattr(module, "output_layer_weights"):
             init.zeros_(module.output_layer_weights)
+        elif isinstance(module, ElcBertModel):
+            table = module.position_bucket_table
+            init.copy_(table, module._bucket_table(table.shape[0], table.device))
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
@@ -502,8 +558,14 @@ class ElcBertModel(ElcBertPreTrainedModel):
         super().__init__(config)
         self.embeddings = ElcBertEmbeddings(config)
         self.encoder = ElcBertEncoder(config)
-        self._bucket_cache = {}
+        # The M x M bucket table shared by all layers (a bucket depends on i - j only: its top-left T x T corner
+        # serves every input of T <= M tokens). Not saved: `_init_weights` computes it.
+        self.register_buffer("position_bucket_table", self._bucket_table(config.max_position_embeddings), False)
         self.post_init()
+
+    def _bucket_table(self, length: int, device=None) -> torch.Tensor:
+        config = self.config
+        return relative_position_buckets(length, config.position_bucket_size, config.max_position_embeddings, device)
 
     def get_input_embeddings(self):
         return self.embeddings.word_embeddings
@@ -512,15 +574,10 @@ class ElcBertModel(ElcBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def position_buckets(self, length: int, device) -> torch.Tensor:
-        """The T x T bucket table shared by all layers. A bucket depends on i - j only, so one table per device, as
-        long as the longest input seen, serves every shorter length as its top-left corner."""
-        table = self._bucket_cache.get(str(device))
-        if table is None or table.shape[0] < length:
-            table = relative_position_buckets(
-                length, self.config.position_bucket_size, self.config.max_position_embeddings, device
-            )
-            self._bucket_cache[str(device)] = table
-        return table[:length, :length]
+        """The T x T bucket table of an input of T tokens (longer than M: computed for that length)."""
+        if length <= self.position_bucket_table.shape[0]:
+            return self.position_bucket_table[:length, :length]
+        return self._bucket_table(length, device)
 
     @can_return_tuple
     def forward(
@@ -534,7 +591,10 @@ class ElcBertModel(ElcBertPreTrainedModel):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        """input_ids: B x T; attention_mask: B x T with 1 for real tokens and 0 for padding."""
+        """input_ids: B x T; attention_mask: B x T with 1 for real tokens and 0 for padding.
+
+        `output_hidden_states` may be a flag or, as in `transformers`, an index or a list of indices into the L+1
+        states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -542,22 +602,24 @@ class ElcBertModel(ElcBertPreTrainedModel):
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
         embeddings, relative_embedding = self.embeddings(input_ids, inputs_embeds)
-        batch, length = embeddings.shape[:2]
-        padding_mask = None
-        if attention_mask is not None and not bool(attention_mask.all()):
-            padding_mask = (attention_mask == 0).view(1, batch, 1, length)
+        length = embeddings.shape[1]
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
         last_hidden_state, states, attentions = self.encoder(
             embeddings,
             relative_embedding,
             self.position_buckets(length, embeddings.device),
-            padding_mask,
+            mask,
             output_attentions,
-            output_hidden_states,
+            output_hidden_states is not False and output_hidden_states is not None,
         )
+        selected = selected_hidden_states(output_hidden_states)
+        if selected is not None:
+            keep = resolve_hidden_states_indices(self, selected, num_hidden_states=len(states))
+            states = [state if i in keep else None for i, state in enumerate(states)]
         return BaseModelOutput(
             last_hidden_state=last_hidden_state,
             hidden_states=tuple(states) if output_hidden_states else None,
-            attentions=tuple(attentions) if output_attentions else None,
+            attentions=tuple(attentions) if output_attentions and attentions else None,
         )
 
 
@@ -615,8 +677,8 @@ class ElcBertForMaskedLM(ElcBertPreTrainedModel):
         num_items_in_batch=None,
         **kwargs,
     ) -> MaskedLMOutput:
-        """labels: B x T, -100 where not scored. With labels, the head runs on the labelled positions only and
-        `logits` is N x V for those N positions (in row-major order); without, logits are B x T x V."""
+        """labels: B x T, -100 where not scored. logits: B x T x V; with `config.sparse_prediction` and labels, the
+        head runs on the labelled positions only and `logits` is N x V for those N positions (row-major order)."""
         outputs = self.elc_bert(
             input_ids,
             attention_mask=attention_mask,
@@ -628,10 +690,13 @@ class ElcBertForMaskedLM(ElcBertPreTrainedModel):
         loss = None
         if labels is None:
             logits = self.lm_head(sequence_output)
-        else:
+        elif self.config.sparse_prediction:
             scored = labels != -100
             logits = self.lm_head(sequence_output[scored])
             loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
+        else:
+            logits = self.lm_head(sequence_output)
+            loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

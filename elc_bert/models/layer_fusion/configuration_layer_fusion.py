@@ -14,7 +14,10 @@ class LayerFusionConfig(PreTrainedConfig):
 
     Args:
         backbone_config (`PreTrainedConfig` or `dict`): the backbone's own config (any `AutoConfig`: `bert`,
-            `roberta`, `xlm-roberta`, `elc_bert`, ...), stored inside this one.
+            `roberta`, `xlm-roberta`, `elc_bert`, ...), stored inside this one as its sub-config. Required: a config
+            without one (say, a backbone's own `config.json` given to `LayerFusionFor*.from_pretrained`) is refused,
+            since it would build a random backbone; `LayerFusionFor*.from_backbone` wraps a pretrained backbone.
+            `get_text_config()` returns it, so that `resize_token_embeddings` updates the backbone's `vocab_size`.
         fusion (`str`): `"dwatt"` (depth-wise attention), `"concat"` (one linear map of the concatenated states),
             `"average"`, `"last"` (the plain backbone) or `"extra_layers"` (Base+n: freshly initialised layers of the
             backbone's own kind on top of z_L).
@@ -27,11 +30,15 @@ class LayerFusionConfig(PreTrainedConfig):
         freeze_backbone (`bool`): feature extraction: the backbone takes no gradient and stays in eval mode.
         head_dropout (`float`): dropout before the task head's output layer.
         tie_word_embeddings (`bool`): in `LayerFusionForMaskedLM`, tie the backbone's MLM decoder to its input
-            embeddings, as the backbone's own MLM model does.
+            embeddings, as the backbone's own MLM model does; `False` gives the decoder weights of its own.
+        output_hidden_states (`bool`, `int` or `list[int]`): the default of the models' `output_hidden_states` (see
+            `LayerFusionOutput.hidden_states`).
     """
 
     model_type = "layer_fusion"
-    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
+    # optional=True only keeps the library from building a default BERT config in place of a missing backbone:
+    # __post_init__ refuses that case with a message of its own.
+    sub_configs_defaults = {"backbone_config": SubConfigSpec(config_class=AutoConfig, model_type="bert", optional=True)}
 
     backbone_config: PreTrainedConfig | dict | None = None
     fusion: str = "dwatt"
@@ -46,6 +53,15 @@ class LayerFusionConfig(PreTrainedConfig):
     tie_word_embeddings: bool = True
 
     def __post_init__(self, **kwargs):
+        if self.backbone_config is None:
+            found = kwargs.get("model_type")
+            what = f"a config of model_type {found!r}" if found else "this config"
+            raise ValueError(
+                f"{what} has no backbone_config, so it is not a layer-fusion checkpoint (model_type "
+                f"'{self.model_type}'). To put a fusion head on a pretrained backbone, use "
+                "LayerFusionFor*.from_backbone(path, fusion=...); to build one from scratch, pass "
+                "LayerFusionConfig(backbone_config=...)."
+            )
         self.check_values()
         super().__post_init__(**kwargs)
 
@@ -61,6 +77,10 @@ class LayerFusionConfig(PreTrainedConfig):
             raise ValueError(f"layer_position_dim must be >= 1, got {self.layer_position_dim}")
         if not 0 <= self.head_dropout < 1:
             raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+
+    def get_text_config(self, *args, **kwargs) -> PreTrainedConfig:
+        """The backbone's config: it owns the vocabulary (and `resize_token_embeddings` writes its `vocab_size`)."""
+        return self.backbone_config.get_text_config(*args, **kwargs)
 
     @property
     def num_fused_states(self) -> int:

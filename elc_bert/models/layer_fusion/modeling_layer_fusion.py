@@ -5,18 +5,20 @@ yields per-token states z_0..z_L; a fusion module maps them to one state per tok
 """
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
 from ..elc_bert.modeling_elc_bert import ElcBertModel, sequence_classification_loss, token_cross_entropy
 from .configuration_layer_fusion import LayerFusionConfig
@@ -28,7 +30,11 @@ class LayerFusionOutput(ModelOutput):
     Args:
         last_hidden_state (`torch.FloatTensor`, B x T x D): the fused state of every token.
         depth_weights (`torch.FloatTensor`, B x T x S, *optional*): DWAtt's weights over the S fused states.
-        hidden_states (`tuple(torch.FloatTensor)`, *optional*): the backbone's states z_0..z_L (each B x T x D).
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, with `output_hidden_states`): L+2 entries, each
+            B x T x D: the backbone's states z_0..z_L (all of them, whatever `fuse_embeddings` says; z_L is the
+            backbone's own output), then the fused output h (`last_hidden_state` at every position). As in
+            `transformers`, `output_hidden_states` may also be an index or a list of indices into these L+2
+            (negative ones count from the end: -1 is h, -2 is z_L): the entries not selected are None.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -49,9 +55,17 @@ class BottleneckMLP(nn.Module):
         return self.down_proj(self.layer_norm(F.gelu(self.up_proj(hidden_states))))
 
 
+def fixed_layer_positions(num_states: int, dim: int) -> torch.Tensor:
+    """DWAtt's depth embeddings p_0..p_{S-1} (S x d_pos): fixed random U[0, 1) vectors drawn from a generator of
+    their own with a fixed seed, so that every model (and every re-initialisation by `_init_weights`) gets the same
+    ones whatever the global seed. Checkpoints still save them: older ones hold other draws, which load as saved."""
+    positions = torch.rand(num_states, dim, generator=torch.Generator().manual_seed(0), device="cpu")
+    return positions.to(device=torch.get_default_device(), dtype=torch.get_default_dtype())
+
+
 class DepthWiseAttention(nn.Module):
     """DWAtt: h = z_L + sum_n a_n v_n with v_n = LN_n(f_{V,n}(z_n)), k_n = W_K p_n, q = 1 + elu(z_L + f_Q(z_L)),
-    a = softmax_n(q . k_n). The depth embeddings p_n are fixed random U[0, 1) vectors (a buffer)."""
+    a = softmax_n(q . k_n). The depth embeddings p_n are fixed U[0, 1) vectors (a buffer, `fixed_layer_positions`)."""
 
     def __init__(self, config: LayerFusionConfig):
         super().__init__()
@@ -63,7 +77,7 @@ class DepthWiseAttention(nn.Module):
         self.value_layer_norms = nn.ModuleList(nn.LayerNorm(hidden, eps=eps) for _ in range(num_states))
         self.query_mlp = BottleneckMLP(hidden, inner, eps)
         self.key_proj = nn.Linear(config.layer_position_dim, hidden)
-        self.register_buffer("layer_positions", torch.rand(num_states, config.layer_position_dim))
+        self.register_buffer("layer_positions", fixed_layer_positions(num_states, config.layer_position_dim))
         self.scale = 1 / math.sqrt(hidden) if config.scaled_depth_attention else 1.0
 
     def forward(self, states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,7 +133,9 @@ class ExtraLayers(nn.Module):
             embeddings = backbone.embeddings
             relative = embeddings.relative_layer_norm(embeddings.relative_embedding)
             buckets = backbone.position_buckets(length, hidden_states.device)
-            padding = None if attention_mask is None else (attention_mask == 0).view(1, batch, 1, length)
+            padding = create_bidirectional_mask(
+                config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+            )
             states = list(states)
             for layer in self.layers:
                 if hasattr(layer, "prev_layer_weights"):  # ELC: mix everything below
@@ -165,14 +181,23 @@ class FeatureCache:
 class LayerFusionPreTrainedModel(PreTrainedModel):
     config: LayerFusionConfig
     base_model_prefix = "layer_fusion"
-    supports_gradient_checkpointing = True
+    supports_gradient_checkpointing = True  # the backbone's layers and the extra layers (Base+n) checkpoint
+    # The fusion modules run no attention: the implementation asked for (`attn_implementation=...`) reaches the
+    # backbone through its sub-config, and the backbone's own checks accept or refuse it.
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_flex_attn = True
+    # Checkpoints written before the backbone lost its pooler (see `_without_pooler`) still hold its weights.
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)pooler\."]
+    # The Auto class whose `from_pretrained` loads what `from_backbone` wraps.
+    _backbone_auto_class = AutoModel
 
     @torch.no_grad()
     def _init_weights(self, module):
         # Fusion modules, extra layers and heads start like the backbone's own modules of the same kind.
         self.base_model.backbone._init_weights(module)
         if isinstance(module, DepthWiseAttention):
-            init.uniform_(module.layer_positions, 0.0, 1.0)
+            init.copy_(module.layer_positions, fixed_layer_positions(*module.layer_positions.shape))
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -182,29 +207,59 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
         return loaded
 
     @classmethod
-    def from_backbone(cls, backbone_name_or_path: str, **config_kwargs):
+    def from_backbone(
+        cls,
+        backbone_name_or_path: str,
+        *,
+        dtype=None,
+        attn_implementation: str | None = None,
+        revision: str | None = None,
+        token: str | bool | None = None,
+        **config_kwargs,
+    ):
         """A fusion model around a pretrained backbone (a local folder or a Hub name): the backbone keeps its
-        weights, the fusion module and the head start fresh. Keyword arguments are `LayerFusionConfig` fields
-        (`fusion`, `freeze_backbone`, `num_labels`, ...).
+        weights, the fusion module and the head start fresh, in the backbone's dtype. `dtype`, `attn_implementation`,
+        `revision` and `token` go to the backbone's `from_pretrained` (the one load of its weights); the other keyword
+        arguments are `LayerFusionConfig` fields (`fusion`, `freeze_backbone`, `num_labels`, ...).
+        `tie_word_embeddings` defaults to the backbone's own.
 
             model = LayerFusionForTokenClassification.from_backbone("roberta-base", fusion="dwatt", num_labels=9)
         """
-        backbone_config = AutoConfig.from_pretrained(backbone_name_or_path)
-        model = cls(LayerFusionConfig(backbone_config=backbone_config, **config_kwargs))
-        model._load_backbone(backbone_name_or_path)
+        load_kwargs = {"dtype": dtype, "attn_implementation": attn_implementation, "revision": revision, "token": token}
+        load_kwargs = {key: value for key, value in load_kwargs.items() if value is not None}
+        pretrained = cls._backbone_auto_class.from_pretrained(backbone_name_or_path, **load_kwargs)
+        if os.path.isdir(backbone_name_or_path):  # a local path means nothing in a checkpoint shared elsewhere
+            pretrained.config.name_or_path = ""
+        # The implementation the backbone settled on (the one asked for, or its default): a new LayerFusionConfig
+        # resets its sub-config's, and `_from_config` sets it again, on both.
+        implementation = pretrained.config._attn_implementation
+        config_kwargs.setdefault("tie_word_embeddings", pretrained.config.tie_word_embeddings)
+        config = LayerFusionConfig(backbone_config=pretrained.config, **config_kwargs)
+        model = cls._from_config(
+            config, dtype=pretrained.dtype, attn_implementation=implementation, backbone=pretrained
+        )
         return model.eval()
 
-    def _load_backbone(self, backbone_name_or_path: str):
-        pretrained = AutoModel.from_pretrained(backbone_name_or_path)
-        self.base_model.backbone.load_state_dict(pretrained.state_dict())
+
+def _without_pooler(backbone: PreTrainedModel) -> PreTrainedModel:
+    """The backbone without its pooler (BERT-family backbones built with `add_pooling_layer=True`, the default of
+    their `AutoModel`): the heads read the fused states, so a pooler would hold parameters that never get a gradient,
+    which DistributedDataParallel (without `find_unused_parameters`) refuses. Those backbones skip a `None` pooler."""
+    if getattr(backbone, "pooler", None) is not None:
+        backbone.pooler = None
+    return backbone
 
 
 class LayerFusionModel(LayerFusionPreTrainedModel):
-    """The backbone and a fusion module. Returns the fused states and, for DWAtt, the depth weights."""
+    """The backbone and a fusion module. Returns the fused states and, for DWAtt, the depth weights.
+
+    backbone: optional, an already built (e.g. pretrained) backbone whose config is `config.backbone_config`; by
+    default one is built from that config."""
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
-        self.backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        self.backbone = _without_pooler(backbone)
         if config.fusion == "dwatt":
             self.fusion = DepthWiseAttention(config)
         elif config.fusion == "concat":
@@ -342,16 +397,18 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
 
         positions: B x T bool, optional: the only positions whose fused states are wanted (a loss that reads the
         labelled tokens only). Then `last_hidden_state` is N x D and `depth_weights` N x S for those N positions in
-        row-major order, and per-token fusions compute nothing elsewhere."""
+        row-major order, and per-token fusions compute nothing elsewhere.
+
+        output_hidden_states: a flag, an index or a list of indices (default `config.output_hidden_states`): see
+        `LayerFusionOutput.hidden_states`."""
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        want_states = output_hidden_states is not None and output_hidden_states is not False
         real = attention_mask.bool() if attention_mask is not None else None
         wanted = positions if positions is not None else real
         # Fusing per token, only the wanted tokens need work: a batch of short and long sentences is mostly padding.
-        pack = (
-            wanted is not None
-            and not bool(wanted.all())
-            and self.config.fusion != "extra_layers"
-            and not output_hidden_states
-        )
+        # The hidden states keep the B x T layout, so asking for them turns this off.
+        pack = wanted is not None and not (bool(wanted.all()) or want_states or self.config.fusion == "extra_layers")
         states = self.backbone_states(input_ids, attention_mask, token_type_ids, positions=wanted if pack else None)
         fused_states = states if self.config.fuse_embeddings else states[1:]
         depth_weights = None
@@ -366,14 +423,21 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         if pack and positions is None:  # back to B x T
             fused = _unpack(fused, wanted)
             depth_weights = _unpack(depth_weights, wanted) if depth_weights is not None else None
-        elif not pack and positions is not None:  # computed at every position: keep the wanted ones
+        hidden_states = _select_states([*states, fused], output_hidden_states) if want_states else None
+        if not pack and positions is not None:  # computed at every position: keep the wanted ones
             fused = fused[positions]
             depth_weights = depth_weights[positions] if depth_weights is not None else None
-        return LayerFusionOutput(
-            last_hidden_state=fused,
-            depth_weights=depth_weights,
-            hidden_states=tuple(states) if output_hidden_states else None,
-        )
+        return LayerFusionOutput(last_hidden_state=fused, depth_weights=depth_weights, hidden_states=hidden_states)
+
+
+def _select_states(states: list[torch.Tensor], output_hidden_states) -> tuple[torch.Tensor | None, ...]:
+    """All of `states`, or with an index or a list of indices (as `transformers` takes them; negative ones count
+    from the end) the selected ones, None elsewhere. Indices out of range select nothing."""
+    selected = selected_hidden_states(output_hidden_states)
+    if selected is None:
+        return tuple(states)
+    keep = resolve_hidden_states_indices(None, selected, num_hidden_states=len(states))
+    return tuple(state if i in keep else None for i, state in enumerate(states))
 
 
 def _unpack(packed: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -384,24 +448,36 @@ def _unpack(packed: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
 
 
 class LayerFusionForTokenClassification(LayerFusionPreTrainedModel):
-    def __init__(self, config: LayerFusionConfig):
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.layer_fusion = LayerFusionModel(config)
+        self.layer_fusion = LayerFusionModel(config, backbone=backbone)
         self.dropout = nn.Dropout(config.head_dropout)
         self.classifier = nn.Linear(config.backbone_config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, num_items_in_batch=None, **kwargs
-    ):
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        labels=None,
+        output_hidden_states=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> TokenClassifierOutput:
         """labels: B x T, -100 where not scored. Returns B x T x num_labels logits. In training mode with labels, the
         loss reads the labelled positions only, so only they go through the fusion and the classifier (the few-shot
-        protocol labels first sub-tokens: about 2 in 3 real tokens); the logits elsewhere are then zero."""
+        protocol labels first sub-tokens: about 2 in 3 real tokens); the logits elsewhere are then zero.
+        `hidden_states`: those of `LayerFusionOutput`."""
         scored = labels != -100 if labels is not None and self.training else None
         outputs = self.layer_fusion(
-            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, positions=scored
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=output_hidden_states,
+            positions=scored,
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
@@ -410,39 +486,56 @@ class LayerFusionForTokenClassification(LayerFusionPreTrainedModel):
             logits = _unpack(logits, scored)
         elif labels is not None:
             loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
-        return TokenClassifierOutput(loss=loss, logits=logits)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
 class LayerFusionForSequenceClassification(LayerFusionPreTrainedModel):
-    def __init__(self, config: LayerFusionConfig):
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
         self.num_labels = config.num_labels
-        self.layer_fusion = LayerFusionModel(config)
+        self.layer_fusion = LayerFusionModel(config, backbone=backbone)
         self.dropout = nn.Dropout(config.head_dropout)
         self.classifier = nn.Linear(config.backbone_config.hidden_size, config.num_labels)
         self.post_init()
 
     @can_return_tuple
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs):
-        """Classifies each sequence from the fused state of its first token. labels: B (or B x num_labels)."""
-        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, output_hidden_states=None, **kwargs
+    ) -> SequenceClassifierOutput:
+        """Classifies each sequence from the fused state of its first token. labels: B (or B x num_labels).
+        `hidden_states`: those of `LayerFusionOutput`."""
+        outputs = self.layer_fusion(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=output_hidden_states,
+        )
         logits = self.classifier(self.dropout(outputs.last_hidden_state[:, 0]))
         loss = None
         if labels is not None:
             loss = sequence_classification_loss(self.config, logits, labels)
-        return SequenceClassifierOutput(loss=loss, logits=logits)
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
 class LayerFusionForMaskedLM(LayerFusionPreTrainedModel):
-    """Fused states through the backbone's own MLM head (BERT's, RoBERTa's, ELC-BERT's), tied to its embeddings."""
+    """Fused states through the backbone's own MLM head (BERT's, RoBERTa's, ELC-BERT's), tied to its embeddings
+    unless `config.tie_word_embeddings` is False.
 
-    def __init__(self, config: LayerFusionConfig):
+    backbone: optional, an already built (e.g. pretrained) masked LM of the backbone's kind whose config is
+    `config.backbone_config`: its base model becomes the backbone and its head `lm_head`."""
+
+    _backbone_auto_class = AutoModelForMaskedLM
+
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
-        masked_lm = AutoModelForMaskedLM.from_config(config.backbone_config)
+        masked_lm = backbone if backbone is not None else AutoModelForMaskedLM.from_config(config.backbone_config)
+        if not config.tie_word_embeddings:
+            _untie(masked_lm)
         self.layer_fusion = LayerFusionModel(config, backbone=masked_lm.base_model)
         head_name = _head_name(masked_lm)
         self.lm_head = getattr(masked_lm, head_name)
-        # The backbone's own tying, renamed: "cls.x" -> "lm_head.x", "bert.y" -> "layer_fusion.backbone.y".
+        # The backbone's own tying, renamed: "cls.x" -> "lm_head.x", "bert.y" -> "layer_fusion.backbone.y". The
+        # library applies it only while `config.tie_word_embeddings` holds.
         rename = {head_name: "lm_head", masked_lm.base_model_prefix: "layer_fusion.backbone"}
 
         def renamed(key):
@@ -461,25 +554,52 @@ class LayerFusionForMaskedLM(LayerFusionPreTrainedModel):
     def set_output_embeddings(self, new_embeddings):
         parent, _, name = self._decoder_name.rpartition(".")
         setattr(self.lm_head.get_submodule(parent) if parent else self.lm_head, name, new_embeddings)
+        # BERT's and RoBERTa's heads keep a second vocab-sized bias, the one their decoder's bias is tied to: it
+        # follows a resized decoder (as in their own `set_output_embeddings`), or the reloaded checkpoint would not
+        # fit. A copy, so that an untied model saves both; tying shares them again.
+        for target, source in self._tied_weights_keys.items():
+            if target == f"lm_head.{self._decoder_name}.bias" and new_embeddings.bias is not None:
+                module_name, _, bias_name = source.rpartition(".")
+                bias = nn.Parameter(new_embeddings.bias.detach().clone(), new_embeddings.bias.requires_grad)
+                setattr(self.get_submodule(module_name), bias_name, bias)
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, num_items_in_batch=None, **kwargs
-    ):
+        self,
+        input_ids=None,
+        attention_mask=None,
+        token_type_ids=None,
+        labels=None,
+        output_hidden_states=None,
+        num_items_in_batch=None,
+        **kwargs,
+    ) -> MaskedLMOutput:
         """labels: B x T, -100 where not scored. As in `ElcBertForMaskedLM`, with labels the head runs on the
-        labelled positions only and `logits` is N x V for those N positions; without, logits are B x T x V."""
-        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        labelled positions only and `logits` is N x V for those N positions; without, logits are B x T x V.
+        `hidden_states`: those of `LayerFusionOutput`."""
+        outputs = self.layer_fusion(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            output_hidden_states=output_hidden_states,
+        )
         if labels is None:
-            return MaskedLMOutput(logits=self.lm_head(outputs.last_hidden_state))
+            logits = self.lm_head(outputs.last_hidden_state)
+            return MaskedLMOutput(logits=logits, hidden_states=outputs.hidden_states)
         scored = labels != -100
         logits = self.lm_head(outputs.last_hidden_state[scored])
-        return MaskedLMOutput(loss=token_cross_entropy(logits, labels[scored], num_items_in_batch), logits=logits)
+        loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
+        return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
-    def _load_backbone(self, backbone_name_or_path: str):
-        pretrained = AutoModelForMaskedLM.from_pretrained(backbone_name_or_path)
-        self.layer_fusion.backbone.load_state_dict(pretrained.base_model.state_dict())
-        self.lm_head.load_state_dict(getattr(pretrained, _head_name(pretrained)).state_dict())
-        self.tie_weights()
+
+def _untie(masked_lm: PreTrainedModel):
+    """Gives each weight that the masked LM ties to another (its decoder's, and BERT's decoder bias) a copy of its
+    own: the masked LM ties them when built if its own config says so, and a fusion model that unties them must save
+    and train them apart."""
+    for target, source in masked_lm.get_expanded_tied_weights_keys().items():
+        module_name, _, name = target.rpartition(".")
+        module = masked_lm.get_submodule(module_name)
+        setattr(module, name, nn.Parameter(masked_lm.get_parameter(source).detach().clone()))
 
 
 def _head_name(masked_lm: PreTrainedModel) -> str:

@@ -1,0 +1,257 @@
+"""ELC-BERT and LTG-BERT behave like transformers' own encoders: attention implementations chosen through the config,
+attention probabilities that are part of the graph, hidden states selected by index, `torch.export`,
+`torch.compile(fullgraph=True)` of a training step, B x T x V MLM logits through the Trainer (and the opt-in
+`sparse_prediction`), non-persistent buffers set by `_init_weights`, `ignore_mismatched_sizes`.
+
+The layer-fusion classes have their own file, tests/test_layer_fusion_conformance.py.
+"""
+
+import numpy as np
+import pytest
+import torch
+from conftest import TASK_CLASSES, TINY, arch_id, build_model, padded_batch
+from test_modeling import AUTO, class_id, main_outputs, task_inputs, task_model
+from transformers import Trainer, TrainingArguments
+
+from elc_bert import (
+    ElcBertConfig,
+    ElcBertForMaskedLM,
+    ElcBertForSequenceClassification,
+    ElcBertModel,
+)
+from elc_bert.models.elc_bert.modeling_elc_bert import relative_position_buckets
+
+IMPLEMENTATIONS = ["eager", "sdpa"]
+
+
+# ============================================================================== attention implementations
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
+@pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
+def test_attn_implementation_through_from_config_and_from_pretrained(model_class, arch, tmp_path):
+    """`attn_implementation="eager" | "sdpa"` is accepted by `from_config` and `from_pretrained`, lands in
+    `config._attn_implementation`, and both give the same outputs to 1e-5 in float32."""
+    task_model(model_class, arch).save_pretrained(tmp_path)
+    input_ids, attention_mask = task_inputs(model_class)
+    outputs = {}
+    for implementation in IMPLEMENTATIONS:
+        loaded = AUTO[model_class].from_pretrained(tmp_path, attn_implementation=implementation)
+        assert type(loaded) is model_class
+        assert loaded.config._attn_implementation == implementation
+        fresh = AUTO[model_class].from_config(loaded.config, attn_implementation=implementation)
+        assert fresh.config._attn_implementation == implementation
+        with torch.no_grad():
+            outputs[implementation] = main_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
+    for eager, sdpa in zip(outputs["eager"], outputs["sdpa"]):
+        torch.testing.assert_close(sdpa, eager, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "normalized")], ids=arch_id)
+def test_both_implementations_train_to_the_same_gradients(arch):
+    """Dropout off, the backward of "sdpa" equals that of the explicit softmax."""
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    labels = torch.where(attention_mask.bool(), input_ids, -100)
+    grads = {}
+    for implementation in IMPLEMENTATIONS:
+        model = task_model(ElcBertForMaskedLM, arch, attn_implementation=implementation).train()
+        model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+        grads[implementation] = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert grads["eager"].keys() == grads["sdpa"].keys()
+    for name, grad in grads["eager"].items():
+        torch.testing.assert_close(grads["sdpa"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_sdpa_returns_no_attentions_and_says_so(caplog):
+    model = task_model(ElcBertModel, attn_implementation="sdpa")
+    input_ids, attention_mask = padded_batch([5, 3])
+    with caplog.at_level("WARNING"):
+        out = model(input_ids, attention_mask=attention_mask, output_attentions=True)
+    assert out.attentions is None
+    assert "eager" in caplog.text
+
+
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base")], ids=arch_id)
+def test_attentions_are_the_tensors_the_output_is_computed_from(arch):
+    """`retain_grad` on the returned attention probabilities gets a gradient: they are in the graph, not a copy."""
+    model = task_model(ElcBertForMaskedLM, arch, attn_implementation="eager").train()
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    out = model(input_ids, attention_mask=attention_mask, output_attentions=True)
+    for probabilities in out.attentions:
+        probabilities.retain_grad()
+    out.logits.sum().backward()
+    for layer, probabilities in enumerate(out.attentions):
+        assert probabilities.grad is not None, f"layer {layer}: no gradient reached the returned attentions"
+        assert probabilities.grad.abs().sum() > 0
+
+
+# ============================================================================== hidden states
+@pytest.mark.parametrize("selection", [[0, 2], 1, [-1]], ids=str)
+def test_output_hidden_states_selects_by_index(selection):
+    """As in transformers 5, `output_hidden_states` may be an index or a list of indices: those states are kept,
+    the others are None, negative indices count from the end."""
+    model = task_model(ElcBertModel)
+    input_ids, attention_mask = padded_batch([7, 4])
+    with torch.no_grad():
+        every = model(input_ids, attention_mask=attention_mask, output_hidden_states=True).hidden_states
+        some = model(input_ids, attention_mask=attention_mask, output_hidden_states=selection).hidden_states
+    count = TINY["num_hidden_layers"] + 1
+    wanted = {i % count for i in ([selection] if isinstance(selection, int) else selection)}
+    assert len(some) == count
+    for i, state in enumerate(some):
+        if i in wanted:
+            torch.testing.assert_close(state, every[i], rtol=0, atol=0)
+        else:
+            assert state is None, f"state {i} was not asked for"
+
+
+def test_output_hidden_states_from_the_config():
+    model = task_model(ElcBertForSequenceClassification, output_hidden_states=True)
+    input_ids, attention_mask = padded_batch([7, 4])
+    with torch.no_grad():
+        out = model(input_ids, attention_mask=attention_mask)
+    assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1
+
+
+# ============================================================================== buffers, mismatched sizes
+def test_bucket_table_is_a_non_persistent_buffer_set_by_init_weights(tmp_path):
+    """The bucket table is not saved, and a model loaded from a checkpoint (built on the meta device, then
+    initialised by `_init_weights`) has the table of the equations."""
+    model = task_model(ElcBertForMaskedLM)
+    assert "elc_bert.position_bucket_table" not in model.state_dict()
+    model.save_pretrained(tmp_path)
+    loaded = ElcBertForMaskedLM.from_pretrained(tmp_path)
+    expected = relative_position_buckets(
+        loaded.config.max_position_embeddings, loaded.config.position_bucket_size, loaded.config.max_position_embeddings
+    )
+    assert torch.equal(loaded.elc_bert.position_bucket_table, expected)
+
+
+def test_ignore_mismatched_sizes_loads_another_label_count(tmp_path):
+    task_model(ElcBertForSequenceClassification).save_pretrained(tmp_path)
+    with pytest.raises(RuntimeError):
+        ElcBertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    model, info = ElcBertForSequenceClassification.from_pretrained(
+        tmp_path, num_labels=5, ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    assert model.classifier.out_proj.out_features == 5
+    assert {key for key, *_ in info["mismatched_keys"]} == {"classifier.out_proj.weight", "classifier.out_proj.bias"}
+    input_ids, attention_mask = padded_batch([7, 4])
+    assert model(input_ids, attention_mask=attention_mask).logits.shape == (2, 5)
+
+
+# ============================================================================== torch.export and torch.compile
+@pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
+def test_torch_export_with_an_attention_mask(model_class):
+    model = task_model(model_class)
+    input_ids, attention_mask = task_inputs(model_class)
+    program = torch.export.export(model, (input_ids,), {"attention_mask": attention_mask})
+    with torch.no_grad():
+        expected = main_outputs(model_class, model(input_ids, attention_mask=attention_mask))
+        exported = program.module()(input_ids, attention_mask=attention_mask)
+    for ours, theirs in zip(main_outputs(model_class, exported), expected):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "arch, sparse", [(("elc", "base"), True), (("elc", "weighted_output"), False)], ids=["elc-sparse", "elc-wo"]
+)
+def test_torch_compile_fullgraph_training_step(arch, sparse):
+    """A padded training batch compiles into one graph (fullgraph=True refuses any graph break), a second batch
+    with other labels runs without recompiling, and loss and gradients equal the eager ones."""
+    torch._dynamo.reset()
+    eager = task_model(ElcBertForMaskedLM, arch, sparse_prediction=sparse).train()
+    compiled_model = task_model(ElcBertForMaskedLM, arch, sparse_prediction=sparse).train()
+    compiled = torch.compile(compiled_model, fullgraph=True)
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    generator = torch.Generator().manual_seed(0)
+    for step in range(2):
+        labels = torch.where(torch.rand(input_ids.shape, generator=generator) < 0.4, input_ids, -100)
+        labels[0, 1] = input_ids[0, 1]
+        eager.zero_grad()
+        compiled_model.zero_grad()
+        expected = eager(input_ids, attention_mask=attention_mask, labels=labels).loss
+        expected.backward()
+        with torch._dynamo.config.patch(error_on_recompile=step > 0):
+            loss = compiled(input_ids, attention_mask=attention_mask, labels=labels).loss
+        loss.backward()
+        torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+        for (name, p), q in zip(eager.named_parameters(), compiled_model.parameters()):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
+    torch._dynamo.reset()
+
+
+# ============================================================================== the Trainer and MLM logits
+class _Rows(torch.utils.data.Dataset):
+    def __init__(self, input_ids, attention_mask, labels):
+        self.rows = [
+            {"input_ids": i, "attention_mask": m, "labels": label}
+            for i, m, label in zip(input_ids, attention_mask, labels)
+        ]
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index]
+
+
+def _mlm_rows(count=6):
+    input_ids, attention_mask = padded_batch([9] * count, seed=5)
+    generator = torch.Generator().manual_seed(1)
+    labels = torch.where(torch.rand(input_ids.shape, generator=generator) < 0.3, input_ids, -100)
+    labels[:, 1] = input_ids[:, 1]
+    return input_ids, attention_mask, labels
+
+
+def test_trainer_predict_and_run_mlm_accuracy(tmp_path):
+    """B x T x V logits by default: `Trainer.evaluate` with a run_mlm-style `compute_metrics` (accuracy over the
+    labelled positions) works and agrees with the model called directly."""
+    model = task_model(ElcBertForMaskedLM)
+    input_ids, attention_mask, labels = _mlm_rows()
+
+    def accuracy(prediction):
+        predicted = prediction.predictions.argmax(-1)
+        scored = prediction.label_ids != -100
+        return {"accuracy": float((predicted[scored] == prediction.label_ids[scored]).mean())}
+
+    args = TrainingArguments(str(tmp_path), per_device_eval_batch_size=4, report_to=[], use_cpu=True)
+    trainer = Trainer(model=model, args=args, compute_metrics=accuracy)
+    metrics = trainer.evaluate(_Rows(input_ids, attention_mask, labels))
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask=attention_mask).logits
+    scored = labels != -100
+    expected = (logits.argmax(-1)[scored] == labels[scored]).float().mean().item()
+    assert metrics["eval_accuracy"] == pytest.approx(expected)
+    predictions = trainer.predict(_Rows(input_ids, attention_mask, labels)).predictions
+    assert predictions.shape == (len(input_ids), input_ids.shape[1], TINY["vocab_size"])
+    np.testing.assert_allclose(predictions, logits.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse_prediction"])
+def test_trainer_trains_with_and_without_sparse_prediction(sparse, tmp_path):
+    """Both heads train through the Trainer to the same weights (the loss reads the same positions)."""
+    weights = {}
+    for run in ("a", "b"):
+        model = build_model(ElcBertForMaskedLM, seed=0, sparse_prediction=sparse if run == "a" else not sparse)
+        input_ids, attention_mask, labels = _mlm_rows()
+        args = TrainingArguments(
+            str(tmp_path / run),
+            max_steps=3,
+            per_device_train_batch_size=3,
+            learning_rate=1e-3,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="no",
+            seed=0,
+        )
+        result = Trainer(model=model, args=args, train_dataset=_Rows(input_ids, attention_mask, labels)).train()
+        assert np.isfinite(result.training_loss)
+        weights[run] = {name: p.detach().clone() for name, p in model.named_parameters()}
+    for name, value in weights["a"].items():
+        torch.testing.assert_close(weights["b"][name], value, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_sparse_prediction_is_a_config_field(tmp_path):
+    model = ElcBertForMaskedLM(ElcBertConfig(**TINY, sparse_prediction=True))
+    model.save_pretrained(tmp_path)
+    assert ElcBertForMaskedLM.from_pretrained(tmp_path).config.sparse_prediction is True
+    assert ElcBertConfig(**TINY).sparse_prediction is False
