@@ -4,10 +4,12 @@
 
 With --die-after-checkpoint the process kills itself (os._exit, no clean-up) right after the Trainer has saved the
 checkpoint of that step: an interrupted run. Every run writes rank<r>.sha256, a digest of that process's final
-weights and the world size, so that a test can compare ranks (under torchrun) or runs.
+weights and the world size, so that a test can compare ranks (under torchrun) or runs, and rank<r>.samples.json, the
+sequences that process trained on, in order.
 """
 
 import hashlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -49,6 +51,15 @@ def main():
             captured["model"] = self.model
             return result
 
+    # Every sequence this process trains on (its ids, unmasked), in order: a test can tell which samples each rank saw.
+    seen = []
+    collate = job.BatchRowCollator.__call__
+
+    def recording_collate(self, rows):
+        seen.extend(sample for row in rows for sample in row["input_ids"])
+        return collate(self, rows)
+
+    job.BatchRowCollator.__call__ = recording_collate
     job.Trainer = InstrumentedTrainer
     job.pretrain(config)
     digest = hashlib.sha256()
@@ -57,6 +68,7 @@ def main():
     rank = dist.get_rank() if dist.is_initialized() else 0
     world = dist.get_world_size() if dist.is_initialized() else 1
     (Path(config.output_dir) / f"rank{rank}.sha256").write_text(f"{world} {digest.hexdigest()}")
+    (Path(config.output_dir) / f"rank{rank}.samples.json").write_text(json.dumps(seen))
 
 
 if __name__ == "__main__":

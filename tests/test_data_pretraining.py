@@ -68,3 +68,27 @@ def test_reproducible_per_seed_and_different_across_seeds():
     b = _collator(seed=3)(examples)["labels"]
     c = _collator(seed=4)(examples)["labels"]
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_masks_of_a_sequence_do_not_depend_on_its_batch():
+    """Each sequence is masked from its own ids and the seed: in a batch of its own, in another batch, padded to
+    another length or split across data-parallel processes, it gets the same masks."""
+    examples = _batch(rows=8)
+    whole = _collator()(examples)
+    halves = [_collator()(examples[:4]), _collator()(examples[4:][::-1])]
+    for row, example in enumerate(examples):
+        n = len(example)
+        half, index = (halves[0], row) if row < 4 else (halves[1], 7 - row)
+        for key in ("input_ids", "labels"):
+            assert torch.equal(whole[key][row, :n], half[key][index, :n]), (row, key)
+    assert (whole["labels"] != -100).any()
+
+
+def test_masking_recipe_is_configurable_and_checked():
+    examples = _batch(rows=64)
+    light = (_collator(mask_p=0.05)(examples)["labels"] != -100).float().mean()
+    heavy = (_collator(mask_p=0.3)(examples)["labels"] != -100).float().mean()
+    assert light < 0.08 < 0.2 < heavy
+    for field, value in (("mask_p", 0.0), ("mask_p", 1.5), ("span_p", 0.0), ("max_span", 1)):
+        with __import__("pytest").raises(ValueError, match=field):
+            _collator(**{field: value})

@@ -1,6 +1,8 @@
 """The pretraining job end to end on the bundled WikiText-2 sample: runs, writes its run directory, resumes."""
 
 import dataclasses
+import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -104,14 +106,40 @@ def test_missing_split_names_the_folder(tmp_path):
         pretrain(_config(tmp_path, data_dir=str(tmp_path), train_files=["corpus"]))
 
 
-def test_two_process_ddp_ranks_agree_on_the_weights(tmp_path):
-    """`torchrun --nproc_per_node 2` (gloo on CPU) through the Trainer: both ranks end with identical weights."""
-    config = _config(tmp_path, max_steps=4, training={"save_steps": 100, "logging_steps": 1})
-    completed = _run(_write_config(config, tmp_path / "ddp.yaml"), torchrun=True)
+def _losses(run: Path) -> list[float]:
+    history = json.loads((run / "metrics.json").read_text())["log_history"]
+    return [entry["loss"] for entry in history if "loss" in entry]
+
+
+def test_two_processes_share_each_global_batch_and_match_one_process(tmp_path):
+    """`torchrun --nproc_per_node 2` (gloo on CPU) through the Trainer is data-parallel: the ranks train on disjoint
+    halves of every global batch, and the run equals a 1-process run with the same global batch (dropout off): the
+    same samples, the same loss curve and the same final weights within float tolerance. Two independent runs would
+    each see whole batches (or the same ones) and give other losses."""
+    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+    training = {"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0}
+    single = _config(tmp_path / "one", max_steps=4, model=no_dropout, training=training)
+    assert _run(_write_config(single, tmp_path / "one.yaml")).returncode == 0
+    double = _config(tmp_path / "two", max_steps=4, model=no_dropout, training=training)
+    completed = _run(_write_config(double, tmp_path / "two.yaml"), torchrun=True)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    digests = [(Path(config.output_dir) / f"rank{r}.sha256").read_text().split() for r in (0, 1)]
+    one, two = Path(single.output_dir), Path(double.output_dir)
+
+    digests = [(two / f"rank{r}.sha256").read_text().split() for r in (0, 1)]
     assert digests[0][0] == digests[1][0] == "2", "both processes saw a world of 2"
-    assert digests[0][1] == digests[1][1]
+    assert digests[0][1] == digests[1][1], "the ranks' weights differ: gradients were not averaged"
+    seen = {r: json.loads((two / f"rank{r}.samples.json").read_text()) for r in (0, 1)}
+    everything = json.loads((one / "rank0.samples.json").read_text())
+    assert len(seen[0]) == len(seen[1]) == len(everything) // 2 == 4 * single.batch_size // 2
+    for step in range(4):  # each global batch of 8: rank 0 takes the first 4 sequences, rank 1 the last 4
+        batch = everything[step * 8 : (step + 1) * 8]
+        assert seen[0][step * 4 : (step + 1) * 4] + seen[1][step * 4 : (step + 1) * 4] == batch
+
+    assert _losses(two) == pytest.approx(_losses(one), rel=1e-4)
+    expected, final = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
+    assert expected.keys() == final.keys()
+    for key in expected:
+        torch.testing.assert_close(final[key], expected[key], rtol=1e-4, atol=1e-5, msg=key)
 
 
 def test_long_phase_switches_to_long_samples_with_a_quarter_batch(tmp_path, monkeypatch):
@@ -168,3 +196,67 @@ def test_resuming_with_a_different_config_names_the_fields(tmp_path):
     expected = r"pretrain_config.yaml.*max_steps: 20 -> 10.*model: \{\} -> \{'layer_combination'"
     with pytest.raises(ValueError, match=expected):
         save_config(dataclasses.replace(config, model={"layer_combination": "residual"}), path)
+
+
+def test_tokenizer_of_another_recipe_is_refused(tmp_path):
+    """A tokenizer left in the run folder (say by a run that failed later) is not reused with another vocab_size:
+    the error names the field, before any training."""
+    pretrain(_config(tmp_path, max_steps=1, training={"save_steps": 100}))
+    for path in (tmp_path / "run").iterdir():  # what a run that failed after training its tokenizer leaves
+        if path.name != "tokenizer":
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    with pytest.raises(ValueError, match="vocab_size"):
+        pretrain(_config(tmp_path, vocab_size=300))
+
+
+def test_throughput_counts_sequences_and_tokens(tmp_path):
+    """`train_samples_per_second` counts sequences (the Trainer would count batch rows), beside tokens/s."""
+    metrics = pretrain(_config(tmp_path, max_steps=4, training={"save_steps": 100}))
+    runtime = metrics["train_runtime"]
+    assert metrics["train_samples_per_second"] == pytest.approx(4 * 8 / runtime, rel=1e-6)
+    tokens = metrics["train_tokens_per_second"] * runtime
+    assert 4 * 8 * 3 <= tokens <= 4 * 8 * 32  # every sequence holds [CLS], [SEP] and a token at least
+
+
+def test_continued_pretraining_starts_from_the_given_model(tmp_path):
+    """`init_from` a finished run: its weights and its tokenizer, then training goes on (in a new folder)."""
+    first = _config(tmp_path / "a", max_steps=3, training={"save_steps": 100})
+    pretrain(first)
+    start = load_file(Path(first.output_dir) / "model.safetensors")
+    seen = {}
+    import elc_bert.training.pretrain as job
+
+    original = job._model
+
+    def recording_model(config, tokenizer):
+        model = original(config, tokenizer)
+        seen["weights"] = {key: value.detach().clone() for key, value in model.state_dict().items()}
+        seen["vocab"] = len(tokenizer)
+        return model
+
+    job._model = recording_model
+    try:
+        second = _config(tmp_path / "b", max_steps=2, init_from=first.output_dir, vocab_size=9999)
+        pretrain(second)
+    finally:
+        job._model = original
+    for key, value in start.items():
+        torch.testing.assert_close(seen["weights"][key], value, rtol=0, atol=0, msg=key)
+    assert seen["vocab"] == len(__import__("transformers").AutoTokenizer.from_pretrained(first.output_dir))
+    assert not (Path(second.output_dir) / "tokenizer").exists()
+    after = load_file(Path(second.output_dir) / "model.safetensors")
+    assert any(not torch.equal(after[key], start[key]) for key in start)
+
+
+def test_batch_must_split_evenly_over_processes_and_accumulation(tmp_path):
+    with pytest.raises(ValueError, match="divisible"):
+        pretrain(_config(tmp_path, batch_size=6, training={"gradient_accumulation_steps": 4}))
+    assert not (tmp_path / "run").exists(), "refused before writing anything"
+
+
+def test_torch_compile_option_trains(tmp_path):
+    config = _config(tmp_path, max_steps=2, torch_compile=True, training={"save_steps": 100})
+    metrics = pretrain(config)
+    assert metrics["train_loss"] > 0
+    with pytest.raises(ValueError, match="torch_compile"):
+        _config(tmp_path, training={"torch_compile": True})

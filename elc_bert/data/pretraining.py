@@ -48,8 +48,10 @@ class SpanMaskingCollator:
     Input: a list of examples, each a list of ids or a dict with "input_ids" (already with [CLS] ... [SEP]).
     Output: input_ids, attention_mask and labels (the original id where masked, -100 elsewhere), all B x T.
 
-    The masks of a batch are a function of `seed` and the batch's token ids alone: no global random state is read, so
-    a run resumed from a checkpoint masks exactly as the uninterrupted run did, whatever the data loader prefetched.
+    The masks of a sequence are a function of `seed` and that sequence's token ids alone: no global random state is
+    read, so a run resumed from a checkpoint masks exactly as the uninterrupted run did, whatever the data loader
+    prefetched, and a batch split across data-parallel processes (or accumulation steps) is masked exactly as it is
+    in one piece.
     """
 
     mask_token_id: int
@@ -63,6 +65,16 @@ class SpanMaskingCollator:
     random_token_min: int = 5
     seed: int = 0
 
+    def __post_init__(self):
+        if not 0 < self.mask_p < 1:
+            raise ValueError(f"mask_p must be in (0, 1), got {self.mask_p}")
+        if not 0 < self.span_p <= 1:
+            raise ValueError(f"span_p must be in (0, 1], got {self.span_p}")
+        if self.max_span < 2:
+            raise ValueError(f"max_span must be >= 2, got {self.max_span}")
+        if self.max_tries < 1:
+            raise ValueError(f"max_tries must be >= 1, got {self.max_tries}")
+
     def __call__(self, examples) -> dict[str, torch.Tensor]:
         sequences = [example["input_ids"] if isinstance(example, dict) else example for example in examples]
         length = max(len(sequence) for sequence in sequences)
@@ -71,25 +83,40 @@ class SpanMaskingCollator:
         for row, sequence in enumerate(sequences):
             input_ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
             attention_mask[row, : len(sequence)] = 1
-        generator = torch.Generator().manual_seed(zlib.crc32(input_ids.numpy().tobytes(), self.seed))
-        masked, labels = self.mask(input_ids, attention_mask, generator)
+        masked, labels = self.mask(input_ids, attention_mask)
         return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
 
-    def mask(self, input_ids, attention_mask, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """Span masking of a padded batch (B x T) with `generator`; returns the masked ids and the labels."""
+    def _draws(self, sequence: torch.Tensor, length: int) -> dict[str, torch.Tensor]:
+        """The random numbers of one sequence (its n real ids), from a generator seeded by `seed` and those ids;
+        per-position draws are padded to the batch length T."""
+        g = torch.Generator().manual_seed(zlib.crc32(sequence.numpy().tobytes(), self.seed))
+        n, tries = len(sequence), self.max_tries
+        maskable = (sequence >= self.num_special_tokens).sum() - (sequence[-1] >= self.num_special_tokens).long()
+        random_tokens = torch.full((length,), self.random_token_min, dtype=torch.long)
+        random_tokens[:n] = torch.randint(self.random_token_min, self.vocab_size, (n,), generator=g)
+        return {
+            "target": torch.binomial(maskable.float().view(1), torch.tensor([self.mask_p]), generator=g).long(),
+            "uniform": torch.rand(tries, generator=g).clamp_min(1e-12),
+            "start": (torch.rand(tries, generator=g) * n).long(),
+            "roll": torch.rand(tries, generator=g),
+            "random_tokens": random_tokens,
+        }
+
+    def mask(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
+        """Span masking of a right-padded batch (B x T); returns the masked ids and the labels."""
         batch, length = input_ids.shape
-        g = generator
+        lengths = attention_mask.sum(1)
+        draws = [self._draws(input_ids[row, : lengths[row]], length) for row in range(batch)]
+        draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
         maskable = attention_mask.bool() & (input_ids >= self.num_special_tokens)
-        last_real = attention_mask.sum(1) - 1
-        maskable[torch.arange(batch), last_real.clamp(min=0)] = False
-        target = torch.binomial(maskable.sum(1).float(), torch.full((batch,), self.mask_p), generator=g).long()
+        maskable[torch.arange(batch), (lengths - 1).clamp(min=0)] = False
+        target = draws["target"].view(batch)
 
         # K candidate spans per row: lengths Geometric(span_p) mod max_span, uniformly random starts.
         tries = self.max_tries
-        uniform = torch.rand(batch, tries, generator=g).clamp_min(1e-12)
-        geometric = torch.log(uniform) / torch.log1p(torch.tensor(-self.span_p))
+        geometric = torch.log(draws["uniform"]) / torch.log1p(torch.tensor(-self.span_p))
         span_length = (geometric.floor().long() + 1) % self.max_span
-        start = (torch.rand(batch, tries, generator=g) * length).long()
+        start = draws["start"]
         position = torch.arange(length)
         covers = (position >= start[..., None]) & (position < (start + span_length)[..., None])  # B x K x T
         covers &= maskable[:, None, :]
@@ -105,10 +132,9 @@ class SpanMaskingCollator:
 
         # Each position follows the first span that covers it; the span decides [MASK] / random / unchanged.
         owner = covers.to(torch.uint8).argmax(1)  # B x T
-        roll = torch.rand(batch, tries, generator=g).gather(1, owner)
-        random_tokens = torch.randint(self.random_token_min, self.vocab_size, (batch, length), generator=g)
+        roll = draws["roll"].gather(1, owner)
         masked = torch.where(chosen & (roll < 0.8), self.mask_token_id, input_ids)
-        masked = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), random_tokens, masked)
+        masked = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), draws["random_tokens"], masked)
         labels = torch.where(chosen, input_ids, -100)
         return masked, labels
 

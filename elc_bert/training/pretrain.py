@@ -7,7 +7,6 @@ from pathlib import Path
 
 import datasets
 import torch
-from accelerate import PartialState
 from transformers import AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
@@ -44,8 +43,13 @@ class PretrainConfig:
     warmup_ratio: float = 0.016
     final_lr_ratio: float = 0.1
     max_steps: int = 1000
-    batch_size: int = 32
+    batch_size: int = 32  # sequences per optimizer step, over all processes and accumulation steps
     seed: int = 42
+    init_from: str | None = None  # continued pretraining: a model folder (ours or a converted checkpoint) + tokenizer
+    mask_p: float = 0.15  # the masking recipe: the share of tokens masked ...
+    span_p: float = 1 / 3  # ... in spans of length Geometric(span_p) ...
+    max_span: int = 10  # ... mod max_span
+    torch_compile: bool = False  # train the `torch.compile`d model (TrainingArguments.torch_compile)
     training: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -64,10 +68,17 @@ class PretrainConfig:
                 raise ValueError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
             if not 0 < self.long_after < 1:
                 raise ValueError(f"long_after must be in (0, 1), got {self.long_after}")
+        for name in ("max_steps", "batch_size", "seq_length", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         job_fields = ("per_device_train_batch_size", "per_device_eval_batch_size", "train_sampling_strategy")
-        for name in (*job_fields, "max_steps"):
+        for name in (*job_fields, "max_steps", "torch_compile"):
             if name in self.training:
-                raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps instead")
+                raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps / torch_compile")
+        if self.init_from is not None and self.tokenizer is not None:
+            raise ValueError("init_from brings its own tokenizer: leave tokenizer unset")
+        # The masking recipe is checked where it lives.
+        SpanMaskingCollator(4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span)
 
 
 def build_samples(files: list[Path], tokenizer, seq_length: int) -> list[list[int]]:
@@ -89,9 +100,23 @@ def evenly_spaced(samples: list, count: int) -> list:
 
 
 def batch_rows(samples: list[list[int]], batches: list[list[int]]) -> datasets.Dataset:
-    """One row per batch: the job decides batch composition (and the long phase's batch size) itself, and the
-    Trainer reads the rows in order, one per step and process."""
+    """One row per (micro-)batch: the job decides batch composition (and the long phase's batch size) itself, and
+    the Trainer reads the rows in order, one per micro-step and process."""
     return datasets.Dataset.from_dict({"input_ids": [[samples[i] for i in batch] for batch in batches]})
+
+
+def split_batches(batches: list[list[int]], parts: int) -> list[list[int]]:
+    """Each global batch cut into `parts` equal micro-batches, in order. The Trainer (through accelerate) hands
+    process w of W the rows w, w + W, w + 2W, ... and accumulates G rows per step, so with parts = W x G chunk
+    g x W + w of every global batch goes to process w at accumulation step g: the processes share each global batch
+    and see disjoint samples."""
+    rows = []
+    for batch in batches:
+        if len(batch) % parts:
+            raise ValueError(f"a batch of {len(batch)} cannot be split into {parts} equal parts")
+        size = len(batch) // parts
+        rows.extend(batch[k * size : (k + 1) * size] for k in range(parts))
+    return rows
 
 
 @dataclass
@@ -104,41 +129,111 @@ class BatchRowCollator:
         return self.masking([sample for row in rows for sample in row["input_ids"]])
 
 
+def _training_arguments(config: PretrainConfig, output_dir: Path, has_validation: bool) -> TrainingArguments:
+    """The job's TrainingArguments; creating them sets up the process group under torchrun / accelerate launch."""
+    training = dict(
+        output_dir=str(output_dir),
+        max_steps=config.max_steps,
+        per_device_train_batch_size=1,  # a row is a whole micro-batch
+        per_device_eval_batch_size=1,
+        train_sampling_strategy="sequential",
+        max_grad_norm=2.0,
+        seed=config.seed,
+        logging_steps=max(1, config.max_steps // 50),
+        save_steps=max(1, config.max_steps // 5),
+        eval_strategy="steps" if has_validation else "no",
+        eval_steps=max(1, config.max_steps // 5),
+        remove_unused_columns=False,
+        report_to=[],
+        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
+        torch_compile=config.torch_compile,
+        # Without an accelerator, accelerate sets up data parallelism (gloo) only when told to use the CPU.
+        use_cpu=torch.accelerator.current_accelerator() is None,
+    )
+    training.update(config.training)
+    return TrainingArguments(**training)
+
+
+def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, train_files: list[Path]):
+    """The run's tokenizer: the one of `init_from` or `tokenizer` when given, the one this run trained before (a
+    resume), or a new one trained on the training files. A tokenizer left in the folder by another config is
+    refused rather than reused."""
+    if config.init_from is not None:
+        return AutoTokenizer.from_pretrained(config.init_from)
+    if config.tokenizer is not None:
+        return AutoTokenizer.from_pretrained(config.tokenizer)
+    recipe = {"vocab_size": config.vocab_size, "min_frequency": config.min_frequency, "train_files": config.train_files}
+    recipe_file = tokenizer_dir / "tokenizer_recipe.json"
+    if tokenizer_dir.exists():
+        # Runs from before the recipe was recorded: the vocabulary size at least must fit.
+        saved = json.loads(recipe_file.read_text()) if recipe_file.exists() else None
+        if saved is None and len(tokenizer := AutoTokenizer.from_pretrained(tokenizer_dir)) > config.vocab_size:
+            saved = {**recipe, "vocab_size": len(tokenizer)}
+        changed = sorted(key for key in recipe if saved is not None and saved.get(key) != recipe[key])
+        if changed:
+            raise ValueError(
+                f"{tokenizer_dir} holds a tokenizer trained with other settings ({', '.join(changed)}: "
+                f"{[saved.get(key) for key in changed]} -> {[recipe[key] for key in changed]}); remove it or "
+                "choose a new output_dir"
+            )
+        return AutoTokenizer.from_pretrained(tokenizer_dir)
+    lines = (line for document in read_documents(train_files) for line in document)
+    tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
+    tokenizer.save_pretrained(tokenizer_dir)
+    recipe_file.write_text(json.dumps(recipe, indent=2))
+    return tokenizer
+
+
+def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
+    # The MLM head runs on the masked positions only while pretraining (the saved model returns B x T x V logits).
+    if config.init_from is not None:
+        model = ElcBertForMaskedLM.from_pretrained(config.init_from, sparse_prediction=True, **config.model)
+        if len(tokenizer) > model.config.vocab_size:
+            raise ValueError(
+                f"init_from {config.init_from}: its tokenizer has {len(tokenizer)} tokens, the model's vocabulary "
+                f"{model.config.vocab_size}"
+            )
+        return model.train()
+    overrides = {"sparse_prediction": True, **config.model}
+    return ElcBertForMaskedLM(ElcBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), **overrides))
+
+
 def pretrain(config: PretrainConfig) -> dict:
-    """Runs (or resumes) the pretraining run and returns its final metrics."""
+    """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
+    the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
     output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, output_dir / "pretrain_config.yaml")
     data_dir = Path(config.data_dir)
     train_files = [f for name in config.train_files for f in corpus_files(data_dir / name, "train")]
     validation_files = [f for name in config.validation_files for f in corpus_files(data_dir / name, "dev")]
+    args = _training_arguments(config, output_dir, bool(validation_files))
+    parts = args.world_size * args.gradient_accumulation_steps
+    for phase, size in (("batch_size", config.batch_size), ("long phase batch", config.batch_size // 4)):
+        if (phase == "batch_size" or config.long_seq_length is not None) and size % parts:
+            raise ValueError(
+                f"{phase} {size} must be divisible by processes x gradient_accumulation_steps = {parts}: each "
+                "process takes an equal share of every global batch"
+            )
+    if args.should_save:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, output_dir / "pretrain_config.yaml")
 
-    tokenizer_dir = output_dir / "tokenizer"
-    # Under torchrun the main process trains and saves the tokenizer first; the others then load it.
-    with PartialState().main_process_first():
-        if config.tokenizer is not None:
-            tokenizer = AutoTokenizer.from_pretrained(config.tokenizer)
-        elif tokenizer_dir.exists():  # a resumed run, or a process after the main one
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-        else:
-            lines = (line for document in read_documents(train_files) for line in document)
-            tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
-            tokenizer.save_pretrained(tokenizer_dir)
+    # The main process trains and saves the tokenizer first; the others then load it.
+    with args.main_process_first(desc="tokenizer"):
+        tokenizer = _tokenizer(config, output_dir / "tokenizer", train_files)
 
-    # The Trainer draws one row (= one batch) per step and process: rows hold the steps of every process in turn.
-    rows_per_step = PartialState().num_processes * config.training.get("gradient_accumulation_steps", 1)
     long_steps = 0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
     short_samples = build_samples(train_files, tokenizer, config.seq_length)
     phases = [(short_samples, config.batch_size, config.max_steps - long_steps)]
     if long_steps:
         long_samples = build_samples(train_files, tokenizer, config.long_seq_length)
         phases.append((long_samples, config.batch_size // 4, long_steps))
-    train_dataset = datasets.concatenate_datasets(
-        [
-            batch_rows(samples, schedule_batches(len(samples), size, steps * rows_per_step, config.seed + phase))
-            for phase, (samples, size, steps) in enumerate(phases)
-        ]
-    )
+    train_rows, step_tokens = [], []
+    for phase, (samples, size, steps) in enumerate(phases):
+        batches = schedule_batches(len(samples), size, steps, config.seed + phase)
+        step_tokens += [sum(len(samples[i]) for i in batch) for batch in batches]
+        train_rows.append(batch_rows(samples, split_batches(batches, parts)))
+    train_dataset = datasets.concatenate_datasets(train_rows)
+    step_sequences = [config.batch_size] * (config.max_steps - long_steps) + [config.batch_size // 4] * long_steps
     eval_dataset = None
     if validation_files:
         samples = build_samples(validation_files, tokenizer, config.seq_length)
@@ -147,10 +242,7 @@ def pretrain(config: PretrainConfig) -> dict:
         starts = range(0, len(samples), config.batch_size)
         eval_dataset = batch_rows(samples, [list(range(i, min(i + config.batch_size, len(samples)))) for i in starts])
     torch.manual_seed(config.seed)
-    # The MLM head runs on the masked positions only while pretraining (the saved model returns B x T x V logits).
-    overrides = {"sparse_prediction": True, **config.model}
-    model_config = ElcBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), **overrides)
-    model = ElcBertForMaskedLM(model_config)
+    model = _model(config, tokenizer)
 
     groups = parameter_groups(model, config.weight_decay)
     if config.optimizer == "lamb":
@@ -160,42 +252,34 @@ def pretrain(config: PretrainConfig) -> dict:
     warmup = max(1, math.ceil(config.warmup_ratio * config.max_steps))
     schedule = warmup_cosine_schedule(optimizer, warmup, config.max_steps, config.final_lr_ratio)
 
-    training = dict(
-        output_dir=str(output_dir),
-        max_steps=config.max_steps,
-        per_device_train_batch_size=1,  # a row is a whole batch
-        per_device_eval_batch_size=1,
-        train_sampling_strategy="sequential",
-        max_grad_norm=2.0,
-        seed=config.seed,
-        logging_steps=max(1, config.max_steps // 50),
-        save_steps=max(1, config.max_steps // 5),
-        eval_strategy="steps" if eval_dataset is not None else "no",
-        eval_steps=max(1, config.max_steps // 5),
-        remove_unused_columns=False,
-        report_to=[],
-        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
-    )
-    training.update(config.training)
-    # Masks are a function of each batch's ids and the seed: a resumed run masks exactly as the first one did.
+    # Masks are a function of each sequence's ids and the seed: a resumed run masks exactly as the first one did.
     masking = SpanMaskingCollator(
         tokenizer.mask_token_id,
         tokenizer.pad_token_id,
         len(tokenizer),
+        mask_p=config.mask_p,
+        span_p=config.span_p,
+        max_span=config.max_span,
         num_special_tokens=len(tokenizer.all_special_ids),
         seed=config.seed,
     )
     trainer = Trainer(
         model=model,
-        args=TrainingArguments(**training),
+        args=args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         data_collator=BatchRowCollator(masking),
         optimizers=(optimizer, schedule),
     )
     last_checkpoint = get_last_checkpoint(str(output_dir)) if output_dir.exists() else None
+    first_step = int(Path(last_checkpoint).name.split("-")[-1]) if last_checkpoint else 0
     result = trainer.train(resume_from_checkpoint=last_checkpoint)
     metrics = dict(result.metrics)
+    # The Trainer counts rows (micro-batches) as samples: the real throughput of the steps this process ran.
+    runtime = metrics.get("train_runtime")
+    if runtime:
+        metrics["train_samples_per_second"] = sum(step_sequences[first_step:]) / runtime
+        metrics["train_tokens_per_second"] = sum(step_tokens[first_step:]) / runtime
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
     model.config.sparse_prediction = False
