@@ -1,17 +1,37 @@
-"""Is the span-masking collator ever the bottleneck? Masked batches per second against training steps per second.
+"""Data benchmarks: the span-masking collator against training, and data preparation with and without its cache.
 
-Both run in this process at the pretraining shape (batch 32 x length 128) with a strict-small ELC-BERT.
+Default: is the span-masking collator ever the bottleneck? Masked batches per second against training steps per
+second, both in this process at the pretraining shape (batch 32 x length 128) with a strict-small ELC-BERT.
+
+--prepare: reading, tokenizing and packing the pretraining corpus of `--config` (its train_files under `--data-dir`:
+the local stand-in corpus for configs/pretrain/tiny.yaml), `packed_samples(document_dataset(...))`, timed in a fresh
+process with an empty cache folder (first run) and then in another fresh process with that cache (rerun or resume).
+The tokenizer is `--tokenizer`, or one trained on the corpus first with the config's vocab_size / min_frequency.
 
     python scripts/bench_data.py [--batch 32 --length 128 --threads 2]
+    python scripts/bench_data.py --prepare [--config configs/pretrain/tiny.yaml --data-dir ../shared/data]
 """
 
 import argparse
+import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
+import pyarrow.compute as pc
 import torch
+import yaml
+from transformers import AutoTokenizer
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert.data.corpus import document_dataset, packed_samples
 from elc_bert.data.pretraining import SpanMaskingCollator
+from elc_bert.data.text import corpus_files, read_documents
+from elc_bert.data.tokenizer import train_tokenizer
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def per_second(function, repeats: int) -> float:
@@ -22,13 +42,70 @@ def per_second(function, repeats: int) -> float:
     return repeats / (time.perf_counter() - start)
 
 
+def prepare_once(sources: list[str], tokenizer_dir: str, seq_length: int, cache_dir: str) -> dict:
+    """One preparation as a run does it (in the calling process); its seconds and what it made."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    start = time.perf_counter()
+    samples = packed_samples(document_dataset(sources, "train", cache_dir=cache_dir), tokenizer, seq_length)
+    seconds = time.perf_counter() - start
+    tokens = pc.sum(pc.list_value_length(samples.data.column("input_ids"))).as_py()
+    return {"seconds": seconds, "samples": len(samples), "tokens": tokens}
+
+
+def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir) -> dict:
+    """`prepare_once` in a new Python process: nothing of this one (imports, memoised hashes) helps it."""
+    job = {"sources": sources, "tokenizer_dir": tokenizer_dir, "seq_length": seq_length, "cache_dir": cache_dir}
+    result = subprocess.run(
+        [sys.executable, __file__, "--prepare-job", json.dumps(job)], stdout=subprocess.PIPE, check=True, text=True
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def bench_prepare(args):
+    with open(args.config, encoding="utf-8") as handle:
+        config = yaml.safe_load(handle)
+    sources = [str(Path(args.data_dir) / name) for name in config["train_files"]]
+    seq_length = config["seq_length"]
+    with tempfile.TemporaryDirectory(prefix="bench_data_") as scratch:
+        tokenizer_dir = args.tokenizer
+        if tokenizer_dir is None:
+            files = [path for source in sources for path in corpus_files(source, "train")]
+            start = time.perf_counter()
+            lines = (line for document in read_documents(files) for line in document)
+            tokenizer = train_tokenizer(lines, config["vocab_size"], config["min_frequency"])
+            tokenizer_dir = str(Path(scratch) / "tokenizer")
+            tokenizer.save_pretrained(tokenizer_dir)
+            print(f"tokenizer: trained in {time.perf_counter() - start:.1f} s (vocabulary {len(tokenizer):,})")
+        cache_dir = str(Path(scratch) / "cache")  # empty: the first run prepares everything
+        first = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir)
+        second = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir)
+    if second["samples"] != first["samples"] or second["tokens"] != first["tokens"]:
+        raise RuntimeError(f"the cached samples differ from the prepared ones: {first} vs {second}")
+    print(f"corpus: {', '.join(config['train_files'])} under {args.data_dir}")
+    print(f"samples: {first['samples']:,} of at most {seq_length} tokens ({first['tokens']:,} tokens)")
+    print(f"first run (empty cache, fresh process): {first['seconds']:.2f} s")
+    print(f"second run (same cache, fresh process): {second['seconds']:.3f} s")
+    print(f"first / second ratio: {first['seconds'] / second['seconds']:,.0f}x (target >= 10x)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--prepare", action="store_true", help="benchmark data preparation and its cache instead")
+    parser.add_argument("--config", default=str(ROOT / "configs" / "pretrain" / "tiny.yaml"))
+    parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
+    parser.add_argument("--tokenizer", help="a saved tokenizer's folder (default: train one on the corpus)")
+    parser.add_argument("--prepare-job", help=argparse.SUPPRESS)  # a fresh process's run of `prepare_once`
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.prepare_job is not None:
+        print(json.dumps(prepare_once(**json.loads(args.prepare_job))))
+        return
+    if args.prepare:
+        bench_prepare(args)
+        return
     config = ElcBertConfig.from_preset("strict-small")
     generator = torch.Generator().manual_seed(0)
     examples = [

@@ -7,9 +7,14 @@ against the package itself. Everything here is tiny so that the whole suite runs
 import json
 import os
 import sys
+import tempfile
 
-import pytest
-import torch
+# The jobs cache their prepared corpora with `datasets`: the suite's go to a folder of its own, not the user's cache
+# (set before `datasets` reads its configuration; subprocesses inherit it).
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="elc-bert-tests-datasets-"))
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))  # `reference_impl` sits next to this file
 

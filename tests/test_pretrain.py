@@ -260,3 +260,40 @@ def test_torch_compile_option_trains(tmp_path):
     assert metrics["train_loss"] > 0
     with pytest.raises(ValueError, match="torch_compile"):
         _config(tmp_path, training={"torch_compile": True})
+
+
+def test_a_rerun_reads_the_prepared_corpus_from_the_cache(tmp_path, monkeypatch):
+    """Tokenizing and packing happen once: a resumed run (or another run on the same data and tokenizer) reads the
+    packed samples from the datasets cache and packs nothing."""
+    import elc_bert.data.corpus as corpus
+
+    cache = tmp_path / "cache"
+    pretrain(_config(tmp_path / "a", max_steps=2, data_cache_dir=str(cache), training={"save_steps": 100}))
+    calls = []
+    original = corpus._pack_batch
+    monkeypatch.setattr(corpus, "_pack_batch", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
+    tokenizer = str(tmp_path / "a" / "run" / "tokenizer")
+    pretrain(_config(tmp_path / "b", max_steps=2, data_cache_dir=str(cache), tokenizer=tokenizer))
+    assert calls == [], "the packed corpus was prepared again"
+
+
+def test_pretrain_on_a_dataset_folder(tmp_path):
+    """A `datasets` dataset (a Hub name online; here a local dataset folder) as the corpus: a dict entry."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    documents = SAMPLE.read_text(encoding="utf-8").split("\n\n")
+    with open(folder / "train.jsonl", "w", encoding="utf-8") as handle:
+        for document in documents:
+            handle.write(json.dumps({"content": document}) + "\n")
+    config = _config(
+        tmp_path,
+        max_steps=2,
+        train_files=[{"path": str(folder), "text_column": "content"}],
+        validation_files=[{"path": str(folder), "split": "train", "text_column": "content"}],
+        max_eval_samples=8,
+        training={"save_steps": 100},
+    )
+    metrics = pretrain(config)
+    assert metrics["eval_loss"] > 0
+    with pytest.raises(ValueError, match="text column 'text'"):
+        pretrain(_config(tmp_path / "other", train_files=[{"path": str(folder)}]))

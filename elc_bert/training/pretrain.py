@@ -6,12 +6,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import datasets
+import pyarrow.compute
 import torch
 from transformers import AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..data.pretraining import SpanMaskingCollator, pack_sentences, schedule_batches
-from ..data.text import corpus_files, read_documents
+from ..data.corpus import DatasetSource, document_dataset, packed_samples
+from ..data.pretraining import SpanMaskingCollator, schedule_batches
+from ..data.text import corpus_files
 from ..data.tokenizer import train_tokenizer
 from ..models import ElcBertConfig, ElcBertForMaskedLM
 from .config import save_config
@@ -21,12 +23,13 @@ from .plots import plot_curves
 
 @dataclass
 class PretrainConfig:
-    """A pretraining run. Paths in `train_files` / `validation_files` are files or BabyLM-style folders, relative to
-    `data_dir`; `training` holds further `TrainingArguments` fields."""
+    """A pretraining run. Entries of `train_files` / `validation_files` are files or BabyLM-style folders, relative to
+    `data_dir`, or dicts naming a `datasets` dataset (`path`: a Hub name or a local dataset folder; `name`, `split`,
+    `text_column`); `training` holds further `TrainingArguments` fields."""
 
     output_dir: str
-    train_files: list[str]
-    validation_files: list[str] = field(default_factory=list)
+    train_files: list[str | dict]
+    validation_files: list[str | dict] = field(default_factory=list)
     max_eval_samples: int | None = None  # evaluate on this many validation samples, evenly spaced over all files
     data_dir: str = "."
     preset: str = "tiny"
@@ -50,6 +53,7 @@ class PretrainConfig:
     span_p: float = 1 / 3  # ... in spans of length Geometric(span_p) ...
     max_span: int = 10  # ... mod max_span
     torch_compile: bool = False  # train the `torch.compile`d model (TrainingArguments.torch_compile)
+    data_cache_dir: str | None = None  # the tokenized, packed corpus is cached here (default: the datasets cache)
     training: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -81,13 +85,15 @@ class PretrainConfig:
         SpanMaskingCollator(4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span)
 
 
-def build_samples(files: list[Path], tokenizer, seq_length: int) -> list[list[int]]:
-    """Documents packed by whole sentences into [CLS] ... [SEP] samples of at most `seq_length` tokens."""
-    documents = read_documents(files)
-    tokenized = [tokenizer(document, add_special_tokens=False)["input_ids"] for document in documents]
-    segments = pack_sentences(tokenized, seq_length - 2)
-    samples = [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]
-    return samples
+def corpus(entries: list, data_dir: Path, split: str, cache_dir=None) -> datasets.Dataset:
+    """The documents of `entries` (one row each, column "sentences"), read once and then from the datasets cache.
+    An entry is a file or BabyLM-style folder relative to `data_dir`, or a dict of `DatasetSource` fields (`path`: a
+    Hub dataset name or a local dataset folder; `name`, `split`, `text_column`)."""
+    parts = [
+        document_dataset(DatasetSource(**entry) if isinstance(entry, dict) else data_dir / entry, split, cache_dir)
+        for entry in entries
+    ]
+    return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
 
 
 def evenly_spaced(samples: list, count: int) -> list:
@@ -99,10 +105,24 @@ def evenly_spaced(samples: list, count: int) -> list:
     return [samples[int(i * stride)] for i in range(count)]
 
 
-def batch_rows(samples: list[list[int]], batches: list[list[int]]) -> datasets.Dataset:
-    """One row per (micro-)batch: the job decides batch composition (and the long phase's batch size) itself, and
-    the Trainer reads the rows in order, one per micro-step and process."""
-    return datasets.Dataset.from_dict({"input_ids": [[samples[i] for i in batch] for batch in batches]})
+class BatchRows(torch.utils.data.Dataset):
+    """Row k: the samples of (micro-)batch k, `batches[k]` being their indices into the packed `samples`, read when
+    the Trainer asks for the row. The job decides batch composition (and the long phase's batch size) itself, and the
+    Trainer reads the rows in order, one per micro-step and process."""
+
+    def __init__(self, samples: datasets.Dataset, batches: list[list[int]]):
+        self.samples, self.batches = samples, batches
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __getitem__(self, index):
+        return {"input_ids": self.samples[self.batches[index]]["input_ids"]}
+
+
+def sample_lengths(samples: datasets.Dataset) -> list[int]:
+    """The number of tokens of every packed sample, read off the Arrow column without building the samples."""
+    return pyarrow.compute.list_value_length(samples.data.column("input_ids")).to_pylist()
 
 
 def split_batches(batches: list[list[int]], parts: int) -> list[list[int]]:
@@ -121,7 +141,7 @@ def split_batches(batches: list[list[int]], parts: int) -> list[list[int]]:
 
 @dataclass
 class BatchRowCollator:
-    """Masks the samples of the batch rows made by `batch_rows` as one batch."""
+    """Masks the samples of the batch rows of `BatchRows` as one batch."""
 
     masking: SpanMaskingCollator
 
@@ -154,7 +174,7 @@ def _training_arguments(config: PretrainConfig, output_dir: Path, has_validation
     return TrainingArguments(**training)
 
 
-def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, train_files: list[Path]):
+def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.Dataset):
     """The run's tokenizer: the one of `init_from` or `tokenizer` when given, the one this run trained before (a
     resume), or a new one trained on the training files. A tokenizer left in the folder by another config is
     refused rather than reused."""
@@ -177,7 +197,7 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, train_files: list[Pa
                 "choose a new output_dir"
             )
         return AutoTokenizer.from_pretrained(tokenizer_dir)
-    lines = (line for document in read_documents(train_files) for line in document)
+    lines = (line for batch in documents.iter(batch_size=1000) for document in batch["sentences"] for line in document)
     tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
     tokenizer.save_pretrained(tokenizer_dir)
     recipe_file.write_text(json.dumps(recipe, indent=2))
@@ -203,9 +223,11 @@ def pretrain(config: PretrainConfig) -> dict:
     the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
     output_dir = Path(config.output_dir)
     data_dir = Path(config.data_dir)
-    train_files = [f for name in config.train_files for f in corpus_files(data_dir / name, "train")]
-    validation_files = [f for name in config.validation_files for f in corpus_files(data_dir / name, "dev")]
-    args = _training_arguments(config, output_dir, bool(validation_files))
+    for entries, split in ((config.train_files, "train"), (config.validation_files, "dev")):
+        for entry in entries:  # local corpora must exist before anything starts
+            if not isinstance(entry, dict):
+                corpus_files(data_dir / entry, split)
+    args = _training_arguments(config, output_dir, bool(config.validation_files))
     parts = args.world_size * args.gradient_accumulation_steps
     for phase, size in (("batch_size", config.batch_size), ("long phase batch", config.batch_size // 4)):
         if (phase == "batch_size" or config.long_seq_length is not None) and size % parts:
@@ -217,30 +239,38 @@ def pretrain(config: PretrainConfig) -> dict:
         output_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, output_dir / "pretrain_config.yaml")
 
-    # The main process trains and saves the tokenizer first; the others then load it.
-    with args.main_process_first(desc="tokenizer"):
-        tokenizer = _tokenizer(config, output_dir / "tokenizer", train_files)
+    # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
+    with args.main_process_first(desc="data preparation"):
+        documents = corpus(config.train_files, data_dir, "train", config.data_cache_dir)
+        tokenizer = _tokenizer(config, output_dir / "tokenizer", documents)
+        long_steps = (
+            0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
+        )
+        phases = [(config.seq_length, config.batch_size, config.max_steps - long_steps)]
+        if long_steps:
+            phases.append((config.long_seq_length, config.batch_size // 4, long_steps))
+        phases = [(packed_samples(documents, tokenizer, length), size, steps) for length, size, steps in phases]
+        validation = None
+        if config.validation_files:
+            validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir)
+            validation = packed_samples(validation, tokenizer, config.seq_length)
 
-    long_steps = 0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
-    short_samples = build_samples(train_files, tokenizer, config.seq_length)
-    phases = [(short_samples, config.batch_size, config.max_steps - long_steps)]
-    if long_steps:
-        long_samples = build_samples(train_files, tokenizer, config.long_seq_length)
-        phases.append((long_samples, config.batch_size // 4, long_steps))
     train_rows, step_tokens = [], []
     for phase, (samples, size, steps) in enumerate(phases):
         batches = schedule_batches(len(samples), size, steps, config.seed + phase)
-        step_tokens += [sum(len(samples[i]) for i in batch) for batch in batches]
-        train_rows.append(batch_rows(samples, split_batches(batches, parts)))
-    train_dataset = datasets.concatenate_datasets(train_rows)
+        lengths = sample_lengths(samples)
+        step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
+        train_rows.append(BatchRows(samples, split_batches(batches, parts)))
+    train_dataset = torch.utils.data.ConcatDataset(train_rows)
     step_sequences = [config.batch_size] * (config.max_steps - long_steps) + [config.batch_size // 4] * long_steps
     eval_dataset = None
-    if validation_files:
-        samples = build_samples(validation_files, tokenizer, config.seq_length)
+    if validation is not None:
+        chosen = list(range(len(validation)))
         if config.max_eval_samples is not None:
-            samples = evenly_spaced(samples, config.max_eval_samples)
-        starts = range(0, len(samples), config.batch_size)
-        eval_dataset = batch_rows(samples, [list(range(i, min(i + config.batch_size, len(samples)))) for i in starts])
+            chosen = evenly_spaced(chosen, config.max_eval_samples)
+        eval_dataset = BatchRows(
+            validation, [chosen[i : i + config.batch_size] for i in range(0, len(chosen), config.batch_size)]
+        )
     torch.manual_seed(config.seed)
     model = _model(config, tokenizer)
 

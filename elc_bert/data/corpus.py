@@ -1,0 +1,215 @@
+"""Pretraining corpora through `datasets`: documents and packed samples, prepared once and then read from the cache.
+
+`document_dataset` reads a corpus (local text files, BabyLM-style folders, or a `datasets` dataset) into one row per
+document; `packed_samples` tokenizes and packs those documents into [CLS] ... [SEP] samples with a batched `map`. Both
+results are Arrow files in the datasets cache, named by a fingerprint of everything they depend on, so a rerun or a
+resumed run (a fresh process) finds them and starts at once. `streamed_samples` packs the same way from a streamed
+dataset, for corpora too large to download first.
+"""
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+from datasets.fingerprint import Hasher
+
+from .pretraining import pack_sentences
+from .text import corpus_files, read_documents, read_lines
+
+DOCUMENT_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
+SAMPLE_FEATURES = datasets.Features({"input_ids": datasets.List(datasets.Value("int32"))})
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """A corpus held in a `datasets` dataset: each row's `text_column` is one document, its lines the sentences.
+
+    `path` is a Hub dataset name (online) or a local folder that `datasets.load_dataset` reads, i.e. one holding data
+    files (`.txt`, `.jsonl`, `.csv`, `.parquet`, ...; a `train.jsonl` is the train split). A folder written by
+    `Dataset.save_to_disk` is not one: write it out with `to_parquet` / `to_json` instead.
+    """
+
+    path: str
+    name: str | None = None  # the dataset's configuration, e.g. "wikitext-103-raw-v1"
+    split: str = "train"
+    text_column: str = "text"
+
+
+def document_dataset(
+    source: str | Path | list[str | Path] | DatasetSource, split: str = "train", cache_dir=None
+) -> datasets.Dataset:
+    """One row per document, with a column "sentences" (its non-empty stripped lines), cached on disk.
+
+    `source` is a text file or a BabyLM-style folder (or a list of them, read in turn), read as `corpus_files(source,
+    split)` + `read_documents` do: a blank line or the end of a file ends a document; .gz files are unzipped. Or it
+    is a `DatasetSource`, whose own split is read (`split` is for folders). `cache_dir` defaults to the datasets
+    library's cache (HF_DATASETS_CACHE).
+    """
+    if isinstance(source, DatasetSource):
+        texts = _load_texts(source, cache_dir)
+        key = _cache_key(texts._fingerprint, source.text_column)
+        return texts.map(
+            _documents_of_texts,
+            batched=True,
+            fn_kwargs={"text_column": source.text_column},
+            remove_columns=[source.text_column],
+            features=DOCUMENT_FEATURES,
+            new_fingerprint=key,
+            desc="Splitting documents into lines",
+        )
+    sources = source if isinstance(source, list | tuple) else [source]
+    files = [path for one in sources for path in corpus_files(one, split)]
+    # Each file's size and modification time are in the key: a file changed since the last run is read again.
+    key = _cache_key([(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files])
+    try:
+        return datasets.Dataset.from_generator(
+            _documents_of_files,
+            features=DOCUMENT_FEATURES,
+            gen_kwargs={"files": [str(path) for path in files]},  # a list: one shard (generator call) per file
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            fingerprint=key,
+        )
+    except ValueError as error:  # `datasets` refuses a split without rows: say which files those were
+        raise ValueError(f"no text in {', '.join(map(str, files))}") from error
+
+
+def packed_samples(documents: datasets.Dataset, tokenizer, seq_length: int, progress: bool = True) -> datasets.Dataset:
+    """Documents packed by whole sentences into [CLS] ... [SEP] samples of at most `seq_length` tokens (column
+    "input_ids"): the samples, in order, of `pack_sentences` over the documents' tokenized sentences.
+
+    The result is cached next to `documents` (their cache folder), keyed by their fingerprint, the tokenizer's
+    vocabulary and rules, and `seq_length`: a second call, in this process or another, reads it back at once.
+    `progress` shows the map's progress bar.
+    """
+    if seq_length < 3:
+        raise ValueError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
+    if "sentences" not in documents.column_names:
+        raise ValueError(f"documents need a 'sentences' column (from `document_dataset`), got {documents.column_names}")
+    with _progress_bars(progress):
+        return documents.map(
+            _pack_batch,
+            batched=True,
+            fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length},
+            remove_columns=documents.column_names,
+            features=SAMPLE_FEATURES,
+            new_fingerprint=_cache_key(documents._fingerprint, _tokenizer_key(tokenizer), seq_length),
+            desc=f"Packing samples of {seq_length} tokens",
+        )
+
+
+def streamed_samples(source: DatasetSource, tokenizer, seq_length: int, cache_dir=None) -> datasets.IterableDataset:
+    """The samples of `packed_samples(document_dataset(source), ...)`, packed while `source` streams in (nothing is
+    downloaded first nor cached; `cache_dir` only holds the loader's lock files)."""
+    if seq_length < 3:
+        raise ValueError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
+    documents = _load_texts(source, cache_dir, streaming=True).map(
+        _documents_of_texts,
+        batched=True,
+        fn_kwargs={"text_column": source.text_column},
+        remove_columns=[source.text_column],
+        features=DOCUMENT_FEATURES,
+    )
+    return documents.map(
+        _pack_batch,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length},
+        remove_columns=["sentences"],
+        features=SAMPLE_FEATURES,
+    )
+
+
+def _load_texts(source: DatasetSource, cache_dir=None, streaming: bool = False):
+    """The split's text column alone (a Dataset, or an IterableDataset when streaming)."""
+    texts = datasets.load_dataset(
+        source.path,
+        source.name,
+        split=source.split,
+        cache_dir=None if cache_dir is None else str(cache_dir),
+        streaming=streaming,
+    )
+    columns = texts.column_names  # None for a stream whose features are unknown until read
+    if columns is not None and source.text_column not in columns:
+        raise ValueError(
+            f"{source.path} ({source.split} split): no text column {source.text_column!r}, its columns are {columns}"
+        )
+    return texts.select_columns([source.text_column])
+
+
+def _documents_of_files(files: list[str]):
+    """Yields the documents of each file as rows; a file without text adds none (as in `read_documents`)."""
+    for path in files:
+        try:
+            documents = read_documents([Path(path)])
+        except ValueError as error:  # "no text in <file>"; a decoding error is a ValueError too, and is raised
+            if isinstance(error, UnicodeError):
+                raise
+            continue
+        for document in documents:
+            yield {"sentences": document}
+
+
+def _documents_of_texts(batch: dict, text_column: str) -> dict:
+    """Rows of texts to rows of sentences (the stripped non-empty lines); texts without any are dropped."""
+    documents = ([line.strip() for line in (text or "").splitlines() if line.strip()] for text in batch[text_column])
+    return {"sentences": [document for document in documents if document]}
+
+
+def _pack_batch(batch: dict, tokenizer, seq_length: int) -> dict:
+    """A batch of documents to its samples. Documents are packed independently, so batches can be too."""
+    documents = batch["sentences"]
+    sentences = [sentence for document in documents for sentence in document]
+    # One call for the whole batch (fast); verbose=False silences the "longer than the specified maximum sequence
+    # length" warning, meant for model inputs, not for sentences that packing will cut or join.
+    ids = tokenizer(
+        sentences, add_special_tokens=False, verbose=False, return_attention_mask=False, return_token_type_ids=False
+    )["input_ids"]
+    tokenized, start = [], 0
+    for document in documents:
+        tokenized.append(ids[start : start + len(document)])
+        start += len(document)
+    segments = pack_sentences(tokenized, seq_length - 2)
+    return {"input_ids": [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]}
+
+
+def _tokenizer_key(tokenizer):
+    """What the tokenization depends on: a fast tokenizer's full definition (vocabulary, normalizer, pre-tokenizer,
+    model, added tokens; not its truncation and padding state, which calls change) and the [CLS]/[SEP] ids. Not the
+    Python object, whose hash changes with its `name_or_path`: a resumed run loads the tokenizer the first run saved."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a Python tokenizer: its pickled state
+        return Hasher.hash(tokenizer)
+    definition = json.loads(backend.to_str())
+    definition.pop("truncation", None)
+    definition.pop("padding", None)
+    return [definition, tokenizer.cls_token_id, tokenizer.sep_token_id]
+
+
+def _cache_key(*parts) -> str:
+    """A fingerprint of `parts` and of the code that reads and packs, so that editing that code invalidates the
+    caches it wrote (`datasets` would hash a module's function by its name alone)."""
+    return Hasher.hash([_CODE, *parts])
+
+
+@contextmanager
+def _progress_bars(enabled: bool):
+    """Turns the datasets progress bars off for the block when `enabled` is False (there is no per-call switch)."""
+    was_disabled = datasets.are_progress_bars_disabled()
+    if not enabled and not was_disabled:
+        datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not enabled and not was_disabled:
+            datasets.enable_progress_bars()
+
+
+# The bytecode (not file names or line numbers) of everything that turns text into rows.
+_CODE = Hasher.hash(
+    [
+        function.__code__
+        for function in (read_lines, read_documents, _documents_of_files, _documents_of_texts, _pack_batch)
+    ]
+    + [pack_sentences.__code__]
+)

@@ -1,0 +1,208 @@
+"""Pretraining data through `datasets`: the same samples as in-memory packing, the cache (also from a fresh process),
+local dataset folders (map-style and streamed) and bad input. Real BabyLM text is read from ../shared/data (skipped
+when it is missing); every cache goes to a tmp folder, never the user's."""
+
+import gzip
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+from elc_bert.data import corpus
+from elc_bert.data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
+from elc_bert.data.pretraining import pack_sentences
+from elc_bert.data.text import corpus_files, read_documents, read_lines
+from elc_bert.data.tokenizer import train_tokenizer
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+BABYLM_DEV = SHARED / "babylm" / "2023" / "dev"
+needs_shared = pytest.mark.skipif(not BABYLM_DEV.is_dir(), reason="../shared/data is not beside the repository")
+
+DOCUMENTS = ["One two three.\nFour five six seven.\n\nEight nine.", "", "Ten eleven twelve.\n  \nThirteen."]
+
+
+def reference_samples(documents: list[list[str]], tokenizer, seq_length: int) -> list[list[int]]:
+    """In-memory packing, as `build_samples` in training/pretrain.py did before it used this module."""
+    tokenized = [tokenizer(document, add_special_tokens=False)["input_ids"] for document in documents]
+    segments = pack_sentences(tokenized, seq_length - 2)
+    return [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]
+
+
+def babylm_lines(name: str, count: int) -> list[str]:
+    return read_lines(BABYLM_DEV / f"{name}.dev.gz")[:count]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """A small tokenizer trained on real text (made-up text when ../shared/data is missing), saved to a folder."""
+    lines = babylm_lines("switchboard", 3000) if BABYLM_DEV.is_dir() else " ".join(DOCUMENTS).split() * 20
+    folder = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(lines, vocab_size=600, min_frequency=2).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture
+def tokenizer(tokenizer_dir):
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+@pytest.fixture
+def babylm_folder(tmp_path):
+    """A BabyLM-style folder of real text: pieces of two dev files (one gzipped, one with blank lines between
+    documents), under the names of the train split, and a file of another split that must not be read."""
+    folder = tmp_path / "babylm"
+    (folder / "nested").mkdir(parents=True)
+    with gzip.open(folder / "switchboard.train.gz", "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(babylm_lines("switchboard", 400)) + "\n")
+    (folder / "nested" / "children_stories.train").write_text("\n".join(babylm_lines("children_stories", 700)) + "\n")
+    (folder / "cbt.dev").write_text("not the train split\n")
+    return folder
+
+
+class PackCounter:
+    """Counts calls of `pack_sentences` inside `packed_samples`: none when its result comes from the cache."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        monkeypatch.setattr(corpus, "pack_sentences", self)
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        return pack_sentences(*args, **kwargs)
+
+
+@needs_shared
+def test_same_samples_as_in_memory_packing_on_babylm_files(babylm_folder, tokenizer, tmp_path):
+    single = tmp_path / "wiki.txt"
+    single.write_text("\n".join(DOCUMENTS) + "\n")
+    files = corpus_files(babylm_folder, "train") + [single]
+    assert len(files) == 3
+    documents = document_dataset([babylm_folder, single], "train", cache_dir=tmp_path / "cache")
+    expected = read_documents(files)
+    assert len(expected) > 5, "the pieces hold several documents"
+    assert documents["sentences"] == expected
+    for seq_length in (16, 48):
+        samples = packed_samples(documents, tokenizer, seq_length, progress=False)
+        assert samples.column_names == ["input_ids"]
+        assert samples["input_ids"] == reference_samples(expected, tokenizer, seq_length)
+        assert max(len(ids) for ids in samples["input_ids"]) == seq_length
+
+
+def test_second_call_reads_the_cache_also_from_a_fresh_process(tmp_path, monkeypatch):
+    (tmp_path / "text.train").write_text("\n".join(DOCUMENTS) + "\n")
+    cache = tmp_path / "cache"
+    # The tokenizer as a first run has it (trained in memory) and as a resumed run has it (loaded from its folder).
+    trained = train_tokenizer(" ".join(DOCUMENTS).split() * 20, vocab_size=600, min_frequency=2)
+    tokenizer_dir = tmp_path / "tokenizer"
+    trained.save_pretrained(tokenizer_dir)
+    first = packed_samples(document_dataset(tmp_path, cache_dir=cache), trained, 12, progress=False)
+    counter = PackCounter(monkeypatch)
+    documents = document_dataset(tmp_path, cache_dir=cache)
+    again = packed_samples(documents, AutoTokenizer.from_pretrained(tokenizer_dir), 12, progress=False)
+    assert counter.calls == 0 and again.cache_files == first.cache_files
+    assert again["input_ids"] == first["input_ids"]
+    assert Path(first.cache_files[0]["filename"]).is_relative_to(cache)
+
+    script = f"""
+import json
+from transformers import AutoTokenizer
+from elc_bert.data import corpus
+calls = []
+corpus.pack_sentences = lambda *args: calls.append(1)
+documents = corpus.document_dataset({str(tmp_path)!r}, cache_dir={str(cache)!r})
+samples = corpus.packed_samples(documents, AutoTokenizer.from_pretrained({str(tokenizer_dir)!r}), 12, progress=False)
+print(json.dumps({{"calls": len(calls), "cache_files": samples.cache_files}}))
+"""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_DATASETS_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    fresh = json.loads(result.stdout.strip().splitlines()[-1])
+    assert fresh == {"calls": 0, "cache_files": first.cache_files}
+
+
+def test_changed_file_and_other_lengths_are_prepared_again(tokenizer, tmp_path):
+    path = tmp_path / "text.train"
+    path.write_text("\n".join(DOCUMENTS) + "\n")
+    cache = tmp_path / "cache"
+    before = document_dataset(path, cache_dir=cache)
+    samples = packed_samples(before, tokenizer, 12, progress=False)
+    longer = packed_samples(before, tokenizer, 16, progress=False)
+    assert longer.cache_files != samples.cache_files
+    path.write_text("\n".join(DOCUMENTS) + "\n\nA new document.\n")
+    after = document_dataset(path, cache_dir=cache)
+    assert after["sentences"] == read_documents([path]) and len(after) == len(before) + 1
+    changed = packed_samples(after, tokenizer, 12, progress=False)
+    assert changed.cache_files != samples.cache_files
+    assert changed["input_ids"] == reference_samples(read_documents([path]), tokenizer, 12)
+    # The same size, a later modification time: read again too.
+    mtime = path.stat().st_mtime_ns
+    path.write_text(path.read_text().replace("A new", "A odd"))
+    os.utime(path, ns=(mtime + 10**9, mtime + 10**9))
+    assert document_dataset(path, cache_dir=cache)["sentences"][-1] == ["A odd document."]
+
+
+def test_dataset_source_on_a_local_dataset_folder(tokenizer, tmp_path):
+    folder = tmp_path / "hub_like"
+    folder.mkdir()
+    rows = [{"text": text, "id": index} for index, text in enumerate(DOCUMENTS)]
+    (folder / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    source = DatasetSource(str(folder))
+    documents = document_dataset(source, cache_dir=tmp_path / "cache")
+    expected = [["One two three.", "Four five six seven.", "Eight nine."], ["Ten eleven twelve.", "Thirteen."]]
+    assert documents.column_names == ["sentences"] and documents["sentences"] == expected
+    assert document_dataset(source, cache_dir=tmp_path / "cache").cache_files == documents.cache_files
+    samples = packed_samples(documents, tokenizer, 12, progress=False)
+    assert samples["input_ids"] == reference_samples(expected, tokenizer, 12)
+    streamed = streamed_samples(source, tokenizer, 12, cache_dir=tmp_path / "cache")
+    assert [row["input_ids"] for row in streamed] == samples["input_ids"]
+
+
+def test_no_long_sequence_warning(tokenizer_dir, tmp_path):
+    long_sentence = "one two three " * 200  # more tokens than the tokenizer's model_max_length (512)
+    (tmp_path / "text.train").write_text(long_sentence + "\n")
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    loggers = [logging.getLogger("transformers"), logging.getLogger("datasets")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        AutoTokenizer.from_pretrained(tokenizer_dir)([long_sentence], add_special_tokens=False)
+        assert any("Token indices sequence length" in record.getMessage() for record in records), "capture works"
+        records.clear()
+        documents = document_dataset(tmp_path, cache_dir=tmp_path / "cache")
+        samples = packed_samples(documents, AutoTokenizer.from_pretrained(tokenizer_dir), 16, progress=False)
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    assert len(samples) > 30  # the sentence of hundreds of tokens is cut into samples
+    messages = [record.getMessage() for record in records]
+    assert not [message for message in messages if "Token indices" in message or "hashed" in message], messages
+
+
+def test_bad_input_is_named(tokenizer, tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing"):
+        document_dataset(tmp_path / "missing", cache_dir=tmp_path / "cache")
+    (tmp_path / "blank.train").write_text("\n  \n\n")
+    with pytest.raises(ValueError, match="no text in .*blank.train"):
+        document_dataset(tmp_path, cache_dir=tmp_path / "cache")
+    with pytest.raises(FileNotFoundError, match="'\\*.test'"):
+        document_dataset(tmp_path, "test", cache_dir=tmp_path / "cache")
+    folder = tmp_path / "no_text_column"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(json.dumps({"content": "words"}) + "\n")
+    source = DatasetSource(str(folder))
+    for make in (
+        lambda: document_dataset(source, cache_dir=tmp_path / "cache"),
+        lambda: streamed_samples(source, tokenizer, 12, cache_dir=tmp_path / "cache"),
+    ):
+        with pytest.raises(ValueError, match="no_text_column.*no text column 'text'.*'content'"):
+            make()
+    (tmp_path / "ok.train").write_text("words\n")
+    documents = document_dataset(tmp_path / "ok.train", cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match="seq_length"):
+        packed_samples(documents, tokenizer, 2)
