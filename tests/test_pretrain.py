@@ -62,9 +62,21 @@ def _write_config(config, path):
     return path
 
 
-def _run(*arguments, torchrun=False):
-    command = [str(Path(sys.executable).with_name("torchrun")), "--nproc_per_node", "2", "--master_port", "29517"]
-    command = (command if torchrun else [sys.executable]) + [str(Path(__file__).with_name("run_pretrain.py"))]
+LAUNCHERS = {
+    "torchrun": ["torchrun", "--nproc_per_node", "2", "--master_port", "29517"],
+    # `--multi_gpu` is accelerate's name for its torchrun-style launcher; on a CPU-only machine it starts gloo DDP.
+    "accelerate": ["accelerate", "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
+    + ["--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29518"],
+}
+
+
+def _run(*arguments, torchrun=False, launcher=None):
+    launcher = "torchrun" if torchrun else launcher
+    if launcher is None:
+        command = [sys.executable]
+    else:
+        command = [str(Path(sys.executable).with_name(LAUNCHERS[launcher][0])), *LAUNCHERS[launcher][1:]]
+    command += [str(Path(__file__).with_name("run_pretrain.py"))]
     return subprocess.run(command + [str(a) for a in arguments], capture_output=True, text=True, timeout=300)
 
 
@@ -111,17 +123,18 @@ def _losses(run: Path) -> list[float]:
     return [entry["loss"] for entry in history if "loss" in entry]
 
 
-def test_two_processes_share_each_global_batch_and_match_one_process(tmp_path):
-    """`torchrun --nproc_per_node 2` (gloo on CPU) through the Trainer is data-parallel: the ranks train on disjoint
-    halves of every global batch, and the run equals a 1-process run with the same global batch (dropout off): the
-    same samples, the same loss curve and the same final weights within float tolerance. Two independent runs would
-    each see whole batches (or the same ones) and give other losses."""
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_two_processes_share_each_global_batch_and_match_one_process(tmp_path, launcher):
+    """`torchrun --nproc_per_node 2` or `accelerate launch` (gloo on CPU) through the Trainer is data-parallel: the
+    ranks train on disjoint halves of every global batch, and the run equals a 1-process run with the same global batch
+    (dropout off): the same samples, the same loss curve and the same final weights within float tolerance. Two
+    independent runs would each see whole batches (or the same ones) and give other losses."""
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     training = {"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0}
     single = _config(tmp_path / "one", max_steps=4, model=no_dropout, training=training)
     assert _run(_write_config(single, tmp_path / "one.yaml")).returncode == 0
     double = _config(tmp_path / "two", max_steps=4, model=no_dropout, training=training)
-    completed = _run(_write_config(double, tmp_path / "two.yaml"), torchrun=True)
+    completed = _run(_write_config(double, tmp_path / "two.yaml"), launcher=launcher)
     assert completed.returncode == 0, completed.stderr[-3000:]
     one, two = Path(single.output_dir), Path(double.output_dir)
 
@@ -297,3 +310,33 @@ def test_pretrain_on_a_dataset_folder(tmp_path):
     assert metrics["eval_loss"] > 0
     with pytest.raises(ValueError, match="text column 'text'"):
         pretrain(_config(tmp_path / "other", train_files=[{"path": str(folder)}]))
+
+
+def test_pretrain_streaming_a_dataset(tmp_path):
+    """`streaming: true` packs a streamed dataset on the fly (a Hub name online; here a local dataset folder); a
+    killed run resumes to the weights of the uninterrupted one."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    with open(folder / "train.jsonl", "w", encoding="utf-8") as handle:
+        for document in SAMPLE.read_text(encoding="utf-8").split("\n\n"):
+            handle.write(json.dumps({"text": document}) + "\n")
+    tokenizer = tmp_path / "tokenizer"
+    from elc_bert.data.tokenizer import train_tokenizer
+
+    train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines(), 600, 2).save_pretrained(tokenizer)
+    streamed = dict(train_files=[{"path": str(folder)}], streaming=True, tokenizer=str(tokenizer), shuffle_buffer=50)
+    whole = _config(tmp_path / "a", **streamed)
+    assert _run(_write_config(whole, tmp_path / "a.yaml")).returncode == 0
+    cut = _config(tmp_path / "b", **streamed)
+    path = _write_config(cut, tmp_path / "b.yaml")
+    assert _run(path, "--die-after-checkpoint", 3).returncode == 17
+    resumed = _run(path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    expected = load_file(Path(whole.output_dir) / "model.safetensors")
+    final = load_file(Path(cut.output_dir) / "model.safetensors")
+    for key in expected:
+        assert torch.equal(expected[key], final[key]), key
+    with pytest.raises(ValueError, match="tokenizer"):
+        _config(tmp_path, train_files=[{"path": str(folder)}], streaming=True)
+    with pytest.raises(ValueError, match="dict"):
+        _config(tmp_path, streaming=True, tokenizer=str(tokenizer))

@@ -11,7 +11,7 @@ import torch
 from transformers import AutoTokenizer, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from ..data.corpus import DatasetSource, document_dataset, packed_samples
+from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
 from ..data.pretraining import SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import train_tokenizer
@@ -54,6 +54,8 @@ class PretrainConfig:
     max_span: int = 10  # ... mod max_span
     torch_compile: bool = False  # train the `torch.compile`d model (TrainingArguments.torch_compile)
     data_cache_dir: str | None = None  # the tokenized, packed corpus is cached here (default: the datasets cache)
+    streaming: bool = False  # stream the dataset entries of train_files (packed on the fly, shuffled in a buffer)
+    shuffle_buffer: int = 10_000  # samples in the streaming shuffle buffer
     training: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -81,6 +83,15 @@ class PretrainConfig:
                 raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps / torch_compile")
         if self.init_from is not None and self.tokenizer is not None:
             raise ValueError("init_from brings its own tokenizer: leave tokenizer unset")
+        if self.streaming:
+            if not all(isinstance(entry, dict) for entry in self.train_files):
+                raise ValueError("streaming reads datasets: every train_files entry must be a dict (path: ...)")
+            if self.tokenizer is None and self.init_from is None:
+                raise ValueError(
+                    "streaming needs a tokenizer (tokenizer: or init_from:): none can be trained on a stream"
+                )
+            if self.long_seq_length is not None:
+                raise ValueError("streaming has no long phase: set long_seq_length to null")
         # The masking recipe is checked where it lives.
         SpanMaskingCollator(4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span)
 
@@ -118,6 +129,30 @@ class BatchRows(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         return {"input_ids": self.samples[self.batches[index]]["input_ids"]}
+
+
+class StreamedRows(torch.utils.data.IterableDataset):
+    """The rows of a streamed corpus: consecutive samples of the shuffled stream form each global batch of
+    `batch_size`, cut into `parts` micro-batch rows in the order `split_batches` uses; `num_steps` batches in all
+    (the stream starts over when it ends)."""
+
+    def __init__(self, samples: datasets.IterableDataset, batch_size: int, parts: int, num_steps: int):
+        self.samples, self.batch_size, self.parts, self.num_steps = samples, batch_size, parts, num_steps
+
+    def __iter__(self):
+        batches, batch, epoch = 0, [], 0
+        while batches < self.num_steps:
+            self.samples.set_epoch(epoch)
+            for sample in self.samples:
+                batch.append(sample["input_ids"])
+                if len(batch) == self.batch_size:
+                    size = self.batch_size // self.parts
+                    for k in range(self.parts):
+                        yield {"input_ids": batch[k * size : (k + 1) * size]}
+                    batches, batch = batches + 1, []
+                    if batches == self.num_steps:
+                        return
+            epoch += 1
 
 
 def sample_lengths(samples: datasets.Dataset) -> list[int]:
@@ -241,7 +276,7 @@ def pretrain(config: PretrainConfig) -> dict:
 
     # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
     with args.main_process_first(desc="data preparation"):
-        documents = corpus(config.train_files, data_dir, "train", config.data_cache_dir)
+        documents = None if config.streaming else corpus(config.train_files, data_dir, "train", config.data_cache_dir)
         tokenizer = _tokenizer(config, output_dir / "tokenizer", documents)
         long_steps = (
             0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
@@ -249,19 +284,28 @@ def pretrain(config: PretrainConfig) -> dict:
         phases = [(config.seq_length, config.batch_size, config.max_steps - long_steps)]
         if long_steps:
             phases.append((config.long_seq_length, config.batch_size // 4, long_steps))
-        phases = [(packed_samples(documents, tokenizer, length), size, steps) for length, size, steps in phases]
+        if not config.streaming:
+            phases = [(packed_samples(documents, tokenizer, length), size, steps) for length, size, steps in phases]
         validation = None
         if config.validation_files:
             validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir)
             validation = packed_samples(validation, tokenizer, config.seq_length)
 
     train_rows, step_tokens = [], []
-    for phase, (samples, size, steps) in enumerate(phases):
-        batches = schedule_batches(len(samples), size, steps, config.seed + phase)
-        lengths = sample_lengths(samples)
-        step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
-        train_rows.append(BatchRows(samples, split_batches(batches, parts)))
-    train_dataset = torch.utils.data.ConcatDataset(train_rows)
+    if config.streaming:
+        sources = [DatasetSource(**entry) for entry in config.train_files]
+        streams = [streamed_samples(source, tokenizer, config.seq_length, config.data_cache_dir) for source in sources]
+        stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
+        stream = stream.shuffle(seed=config.seed, buffer_size=config.shuffle_buffer)
+        train_dataset = StreamedRows(stream, config.batch_size, parts, config.max_steps)
+        step_tokens = None  # not known ahead
+    else:
+        for phase, (samples, size, steps) in enumerate(phases):
+            batches = schedule_batches(len(samples), size, steps, config.seed + phase)
+            lengths = sample_lengths(samples)
+            step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
+            train_rows.append(BatchRows(samples, split_batches(batches, parts)))
+        train_dataset = torch.utils.data.ConcatDataset(train_rows)
     step_sequences = [config.batch_size] * (config.max_steps - long_steps) + [config.batch_size // 4] * long_steps
     eval_dataset = None
     if validation is not None:
@@ -309,7 +353,8 @@ def pretrain(config: PretrainConfig) -> dict:
     runtime = metrics.get("train_runtime")
     if runtime:
         metrics["train_samples_per_second"] = sum(step_sequences[first_step:]) / runtime
-        metrics["train_tokens_per_second"] = sum(step_tokens[first_step:]) / runtime
+        if step_tokens is not None:
+            metrics["train_tokens_per_second"] = sum(step_tokens[first_step:]) / runtime
     if eval_dataset is not None:
         metrics.update(trainer.evaluate())
     model.config.sparse_prediction = False
