@@ -16,6 +16,11 @@ PRESETS = {
         vocab_size=6144, hidden_size=384, num_hidden_layers=12, num_attention_heads=6, intermediate_size=1024
     ),
     "tiny": dict(vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128),
+    # The largest size whose pretraining run on the local stand-in corpus fits about 2.5 hours on 2 CPU threads for
+    # several epochs (chosen by `scripts/bench_presets.py`: about 2,900 tokens/s, 3.7 epochs in 3,000 steps of 64).
+    "small-cpu": dict(
+        vocab_size=8192, hidden_size=256, num_hidden_layers=8, num_attention_heads=4, intermediate_size=683
+    ),
 }
 
 
