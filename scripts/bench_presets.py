@@ -55,7 +55,8 @@ def main():
         speed = input_ids.numel() / min(times[1:])
         tokens = speed * args.hours * 3600
         parameters = sum(p.numel() for p in model.parameters())
-        print(f"| {name} | {parameters / 1e6:.1f} M | {speed:,.0f} | {tokens / 1e6:.1f} M | {tokens / CORPUS_TOKENS:.1f} |")
+        epochs = tokens / CORPUS_TOKENS
+        print(f"| {name} | {parameters / 1e6:.1f} M | {speed:,.0f} | {tokens / 1e6:.1f} M | {epochs:.1f} |")
 
 
 if __name__ == "__main__":
