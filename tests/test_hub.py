@@ -11,6 +11,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -560,3 +561,47 @@ def test_the_wheel_ships_the_model_card_templates(tmp_path):
     templates = sorted(p.name for p in (repo / "model_cards").glob("*.md"))
     assert "model_card.md" in templates
     assert all(f"elc_bert/hub/model_cards/{name}" in names for name in templates)
+
+
+def _snapshot(folder: Path) -> dict:
+    return {path.relative_to(folder): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_export_and_convert_never_write_into_their_source(pretrain_run, tmp_path):
+    """`export RUN RUN --overwrite`, an OUT inside the source or holding it, and `convert SRC SRC --overwrite` are
+    refused before anything is written; the source is left byte for byte as it was."""
+    run = tmp_path / "run"
+    shutil.copytree(pretrain_run, run)
+    before = _snapshot(run)
+    for out in (run, run / "exported", tmp_path):
+        with pytest.raises(ValueError, match="must not be"):
+            export(run, out, overwrite=True)
+        assert _snapshot(run) == before
+    source = tmp_path / "reference"
+    write_reference_checkpoint(source, elc=True, fmt="safetensors", seed=7)
+    reference = _snapshot(source)
+    for out in (source, source / "converted"):
+        with pytest.raises(ValueError, match="must not be"):
+            convert(source, out, overwrite=True)
+        assert _snapshot(source) == reference
+
+
+def test_a_failed_export_leaves_no_half_written_folder(pretrain_run, tmp_path, monkeypatch):
+    """An export that fails midway (here: the model card) leaves no output folder, and an existing one it was to
+    replace stays as it was."""
+    import elc_bert.hub.model_card as model_card
+
+    def broken_card(*args, **kwargs):
+        raise RuntimeError("card failed")
+
+    monkeypatch.setattr(model_card, "write_model_card", broken_card)
+    with pytest.raises(RuntimeError, match="card failed"):
+        export(pretrain_run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    previous = tmp_path / "previous"
+    previous.mkdir()
+    (previous / "README.md").write_text("an earlier export")
+    with pytest.raises(RuntimeError, match="card failed"):
+        export(pretrain_run, previous, overwrite=True)
+    assert _snapshot(previous) == {Path("README.md"): b"an earlier export"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "scratch folders left behind"

@@ -11,12 +11,13 @@ the converted model's outputs on a fixed probe batch must match
 
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
 from elc_bert import models
+
+from .export import check_out_dir, written_in_place_of
 
 PROBE_LENGTHS = (12, 7)  # a padded batch: one full row, one with padding
 
@@ -93,8 +94,7 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
     config = json.loads(config_file.read_text(encoding="utf-8"))
     if config.get("model_type") != "ltgbert":
         raise ValueError(f"{config_file}: model_type is {config.get('model_type')!r}, not 'ltgbert'")
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
+    check_out_dir(source, out_dir, overwrite)
     architecture = (config.get("architectures") or ["LtgBertForMaskedLM"])[0]
     model_class = _our_class(architecture)
     model = model_class.from_pretrained(source).eval()
@@ -105,19 +105,15 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
     reference = _reference_model(source, config, architecture)
     if reference is not None:
         checks["the reference's own code"] = _compare(ours, probe_outputs(reference, *batch), "the reference", atol)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=f".{out_dir.name}-") as scratch:
+    with written_in_place_of(out_dir) as scratch:
         model.save_pretrained(scratch)
         tokenizer_files = [p for p in source.iterdir() if p.name.startswith(("tokenizer", "vocab", "special_tokens"))]
         for path in tokenizer_files:
-            shutil.copyfile(path, Path(scratch) / path.name)
+            shutil.copyfile(path, scratch / path.name)
         reread = probe_outputs(model_class.from_pretrained(scratch).eval(), *batch)
         checks["the converted folder read back"] = _compare(ours, reread, "the converted folder", atol)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        shutil.copytree(scratch, out_dir)
-    report = {"source": str(source), "class": model_class.__name__, "max_abs_difference": checks}
-    if reference is None:
-        report["note"] = "the folder ships no reference code: checked against the converted folder only"
-    (out_dir / "conversion.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        report = {"source": str(source), "class": model_class.__name__, "max_abs_difference": checks}
+        if reference is None:
+            report["note"] = "the folder ships no reference code: checked against the converted folder only"
+        (scratch / "conversion.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return out_dir

@@ -6,10 +6,12 @@ Users who `pip install elc_bert` load it through the Auto classes after `import 
 over the remote code then); users who only have `transformers` load it with `trust_remote_code=True`.
 """
 
+import contextlib
 import importlib
 import json
 import re
 import shutil
+import tempfile
 from pathlib import Path
 
 from elc_bert.models import _AUTO_CLASSES
@@ -174,6 +176,32 @@ def _run_start_model(run_dir: Path | None) -> str | None:
     return None
 
 
+def check_out_dir(source: Path, out_dir: Path, overwrite: bool) -> None:
+    """Refuses an output folder that is the source, lies inside it or holds it: writing there would replace what is
+    being read. A non-empty one is replaced only with `overwrite`."""
+    source_path, out_path = source.resolve(), out_dir.resolve()
+    if out_path == source_path or out_path.is_relative_to(source_path) or source_path.is_relative_to(out_path):
+        raise ValueError(f"{out_dir}: the output folder must not be {source}, lie inside it or hold it (it is read)")
+    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
+
+
+@contextlib.contextmanager
+def written_in_place_of(out_dir: Path):
+    """A scratch folder next to `out_dir` to write into; when the block succeeds it replaces `out_dir`, when it
+    fails it is removed: a failed write leaves no half-written folder and the old `out_dir` as it was."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
+    try:
+        yield scratch
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    scratch.rename(out_dir)
+
+
 def export(
     source: str | Path,
     out_dir: str | Path,
@@ -193,10 +221,6 @@ def export(
     e.g. an `elc-bert mlm` run), passed through `resolve_name` (the CLI's alias resolution) when given; `repo_id`
     (USER/NAME) goes into the card's snippets.
     """
-    from transformers import AutoTokenizer
-
-    from .model_card import write_model_card
-
     source, out_dir = Path(source), Path(out_dir)
     if not source.is_dir():
         raise FileNotFoundError(f"{source} is not a folder")
@@ -204,11 +228,18 @@ def export(
     if run_dir is None and any((source / name).is_file() for name in RUN_FILES):
         run_dir = source
     run_dir = Path(run_dir) if run_dir is not None else None
-    if out_dir.exists() and any(out_dir.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
-        shutil.rmtree(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_out_dir(source, out_dir, overwrite)
+    if run_dir is not None:
+        check_out_dir(run_dir, out_dir, overwrite)
+    with written_in_place_of(out_dir) as scratch:
+        _write_export(source, model_dir, scratch, run_dir, tokenizer, repo_id, license, templates_dir, resolve_name)
+    return out_dir
+
+
+def _write_export(source, model_dir, out_dir, run_dir, tokenizer, repo_id, license, templates_dir, resolve_name):
+    from transformers import AutoTokenizer
+
+    from .model_card import write_model_card
 
     model_class = model_class_of(model_dir)
     model, info = model_class.from_pretrained(model_dir, output_loading_info=True)
@@ -238,7 +269,6 @@ def export(
         templates_dir=templates_dir,
         source=model_dir,
     )
-    return out_dir
 
 
-__all__ = ["export", "find_model_dir", "write_remote_code", "auto_map"]
+__all__ = ["export", "find_model_dir", "write_remote_code", "auto_map", "check_out_dir", "written_in_place_of"]
