@@ -333,3 +333,81 @@ def test_other_heads_tensors_are_ignored(tmp_path, inputs, model_class):
             sd["head.nonlinearity.5.bias"],
         )
         assert_close(out.logits, expected, what="classification logits")
+
+
+def _variant_logits(folder, loader, inputs, **kwargs):
+    with torch.no_grad():
+        return loader.from_pretrained(folder, **kwargs)(*inputs[:1], attention_mask=inputs[1]).logits
+
+
+@pytest.mark.parametrize("variant", ["zero", "normalized"])
+@pytest.mark.parametrize("loader", [ElcBertForMaskedLM, AutoModelForMaskedLM], ids=["ElcBertForMaskedLM", "Auto"])
+def test_variants_the_weights_cannot_tell_are_honoured(reference_checkpoint, inputs, loader, variant, tmp_path):
+    """`zero` and `normalized` have the tensors of `base`: the variant given to `from_pretrained` (class or Auto) or
+    written in config.json is the one loaded, and matches the naive reference of that variant."""
+    folder, sd = reference_checkpoint(elc=True, seed=41)
+    expected = _naive(sd, *inputs, "elc", variant)["mlm_logits"]
+    assert_close(_variant_logits(folder, loader, inputs, elc_variant=variant), expected, what=f"{variant} (argument)")
+    written = tmp_path / "written"
+    write_reference_checkpoint(written, elc=True, state_dict=sd, config_overrides={"elc_variant": variant})
+    assert_close(_variant_logits(str(written), loader, inputs), expected, what=f"{variant} (config.json)")
+
+
+@pytest.mark.parametrize("loader", [ElcBertForMaskedLM, AutoModelForMaskedLM], ids=["ElcBertForMaskedLM", "Auto"])
+def test_positional_split_is_honoured_through_every_loader(reference_checkpoint, inputs, loader):
+    folder, sd = reference_checkpoint(elc=False, seed=42)
+    expected = naive_forward(
+        sd, *inputs, num_heads=REF_DIMS["num_heads"], layer_combination="residual", positional_split="interleaved"
+    )["mlm_logits"]
+    assert_close(_variant_logits(folder, loader, inputs, positional_split="interleaved"), expected, what="interleaved")
+
+
+def test_an_unstated_variant_loads_as_base_with_a_warning(reference_checkpoint, caplog):
+    folder, _ = reference_checkpoint(elc=True, seed=43)
+    with caplog.at_level("WARNING"):
+        model = AutoModelForMaskedLM.from_pretrained(folder)
+    assert model.config.elc_variant == "base"
+    assert "elc_variant='zero'" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        AutoModelForMaskedLM.from_pretrained(folder, elc_variant="normalized")
+    assert "cannot tell its variant" not in caplog.text
+    with pytest.raises(ValueError, match="weighted_output"):
+        AutoModelForMaskedLM.from_pretrained(folder, elc_variant="weighted_output")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["transformer.layers.0.attention.in_proj_v.bias", "classifier.nonlinearity.5.bias"],
+    ids=["value bias", "decoder bias"],
+)
+def test_missing_tensors_are_an_error_naming_them(tmp_path, key):
+    sd = random_reference_state_dict(
+        vocab_size=REF_DIMS["vocab_size"],
+        hidden_size=REF_DIMS["hidden_size"],
+        num_layers=REF_DIMS["num_layers"],
+        intermediate_size=REF_DIMS["intermediate_size"],
+        elc=True,
+        seed=44,
+    )
+    del sd[key]
+    write_reference_checkpoint(tmp_path, elc=True, state_dict=sd, fmt="safetensors")
+    with pytest.raises(ValueError, match="missing.*in_proj_v.bias|missing.*decoder.bias"):
+        AutoModelForMaskedLM.from_pretrained(tmp_path)
+
+
+def test_layer_count_comes_from_the_weights(tmp_path, inputs):
+    """A config.json without num_hidden_layers builds as many layers as the weights hold (not a default 12); one
+    that says another number is an error."""
+    sd = write_reference_checkpoint(tmp_path / "a", elc=True, seed=45)
+    config = json.loads((tmp_path / "a" / "config.json").read_text())
+    del config["num_hidden_layers"]
+    (tmp_path / "a" / "config.json").write_text(json.dumps(config))
+    model = AutoModelForMaskedLM.from_pretrained(tmp_path / "a")
+    assert model.config.num_hidden_layers == REF_DIMS["num_layers"]
+    with torch.no_grad():
+        logits = model(inputs[0], attention_mask=inputs[1]).logits
+    assert_close(logits, _naive(sd, *inputs, "elc", "base")["mlm_logits"], what="inferred layers")
+    write_reference_checkpoint(tmp_path / "b", elc=True, seed=45, config_overrides={"num_hidden_layers": 7})
+    with pytest.raises(ValueError, match="num_hidden_layers is 7"):
+        AutoModelForMaskedLM.from_pretrained(tmp_path / "b")

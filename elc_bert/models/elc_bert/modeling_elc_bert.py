@@ -25,10 +25,13 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
 from .configuration_elc_bert import ElcBertConfig, LtgBertConfig
+
+logger = logging.get_logger(__name__)
 
 
 def relative_position_buckets(length: int, bucket_size: int, max_position: int, device=None) -> torch.Tensor:
@@ -444,6 +447,16 @@ class ElcBertPreTrainedModel(PreTrainedModel):
         if config is None or isinstance(config, LtgBertConfig):
             reference = _read_reference_config(pretrained_model_name_or_path, kwargs)
             if reference is not None:
+                if config is not None:  # built by the Auto classes from config.json and the caller's arguments
+                    defaults, values = type(config)().to_dict(), config.to_dict()
+                    stated = {
+                        key: value
+                        for key, value in values.items()
+                        if key in ElcBertConfig.__dataclass_fields__
+                        and value != defaults.get(key)
+                        and reference.get(key, defaults.get(key)) != value
+                    }
+                    kwargs = {**stated, **kwargs}
                 return cls._from_ltgbert(pretrained_model_name_or_path, reference, **kwargs)
         return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
 
@@ -482,6 +495,13 @@ class ElcBertPreTrainedModel(PreTrainedModel):
         if unexpected:
             raise ValueError(f"{weights_file}: unexpected tensors for {cls.__name__}: {unexpected}")
         tied = {"lm_head.decoder.weight"} if config.tie_word_embeddings else set()
+        # A head of another task is left fresh (its weights are not in an MLM checkpoint); anything else missing would
+        # silently stay random.
+        fresh = ("classifier.",) if not isinstance(model, (ElcBertModel, ElcBertForMaskedLM)) else ()
+        absent = sorted(key for key in set(expected) - set(converted) - tied if not key.startswith(fresh))
+        absent = [key for key in absent if key in dict(model.named_parameters())]
+        if absent:
+            raise ValueError(f"{weights_file}: tensors missing for {cls.__name__}: {absent}")
         missing = model.load_state_dict(converted, strict=False).missing_keys
         missing = [key for key in missing if key not in tied]
         model.tie_weights()
@@ -538,15 +558,41 @@ def _resolve_file(path, names, kwargs) -> str:
     raise OSError(f"{path} has none of {list(names)}")
 
 
-def _ltgbert_config_fields(reference: dict, state_dict: dict, overrides: dict) -> dict:
-    """ElcBertConfig fields from a reference config.json and its weights; the reference's known defects fixed."""
+def _ltgbert_config_fields(reference: dict, state_dict: dict, stated: dict) -> dict:
+    """ElcBertConfig fields of a reference checkpoint: its config.json (`reference`), what the caller `stated` (keyword
+    arguments, or the fields of a config the Auto classes built), and what the weights show, the reference's known
+    defects fixed. What the weights show wins over a silent default and clashes with a stated value are errors."""
     known = set(ElcBertConfig.__dataclass_fields__)
     fields = {k: v for k, v in reference.items() if k in known and k not in ("model_type", "architectures")}
     for key in ("auto_map", "transformers_version", "output_all_encoded_layers", "torch_dtype", "dtype"):
         fields.pop(key, None)
     fields["pad_token_id"] = 3  # the reference configs say 4, which is [MASK]
-    fields.update(ltgbert_architecture(state_dict))
-    fields.update(overrides)
+    fields.update(stated)
+
+    layers = {int(match.group(1)) for key in state_dict if (match := re.match(r"transformer\.layers\.(\d+)\.", key))}
+    if layers:
+        if "num_hidden_layers" in fields and fields["num_hidden_layers"] != len(layers):
+            raise ValueError(
+                f"num_hidden_layers is {fields['num_hidden_layers']} but the weights hold {len(layers)} layers"
+            )
+        fields["num_hidden_layers"] = len(layers)
+
+    architecture = ltgbert_architecture(state_dict)
+    for key in ("layer_combination", "elc_variant"):
+        if key in architecture and key in fields and fields[key] != architecture[key]:
+            if not (key == "elc_variant" and architecture[key] == "base"):
+                raise ValueError(f"{key} is {fields[key]!r} but the weights are those of {architecture[key]!r}")
+    if architecture.get("elc_variant") == "base":  # base, zero and normalized have the same tensors
+        if fields.get("elc_variant") == "weighted_output":
+            raise ValueError("elc_variant is 'weighted_output' but the weights have no output layer weights")
+        if "elc_variant" not in fields:
+            logger.warning(
+                "The weights of this ELC-BERT checkpoint cannot tell its variant (base, zero and normalized have the "
+                "same tensors): loading it as 'base', the released one. Pass elc_variant='zero' or 'normalized' to "
+                "from_pretrained (or write it in config.json) for another."
+            )
+        architecture = {"layer_combination": "elc", "elc_variant": fields.get("elc_variant", "base")}
+    fields.update(architecture)
     return fields
 
 
