@@ -172,7 +172,7 @@ def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsy
             batch_size=4,
             learning_rate=1e-3,
             max_eval_sentences=48,
-        max_test_sentences=48,
+            max_test_sentences=48,
             save_checkpoints=True,
         )
 
