@@ -36,8 +36,7 @@ from elc_bert.analysis import (
     weight_statistics,
 )
 from elc_bert.cli import main
-from elc_bert.models.elc_bert import ElcBertConfig, ElcBertModel
-from elc_bert.models.layer_fusion import LayerFusionModel
+from elc_bert.models import ElcBertConfig, ElcBertModel, LayerFusionModel
 
 
 def tiny_bert(layers=4, cls=BertModel):

@@ -19,7 +19,7 @@ from elc_bert import (
     ElcBertForSequenceClassification,
     ElcBertModel,
 )
-from elc_bert.models.elc_bert.modeling_elc_bert import relative_position_buckets
+from elc_bert.models.modeling_elc_bert import relative_position_buckets
 
 IMPLEMENTATIONS = ["eager", "sdpa"]
 

@@ -292,10 +292,10 @@ def test_remote_code_is_the_package_source(exported):
     the end, each shipped file is the package's file line for line."""
     folder = exported[0]["fusion_elc_dwatt"]
     for shipped, original in [
-        ("modeling_elc_bert.py", "models/elc_bert/modeling_elc_bert.py"),
-        ("configuration_elc_bert.py", "models/elc_bert/configuration_elc_bert.py"),
-        ("modeling_layer_fusion.py", "models/layer_fusion/modeling_layer_fusion.py"),
-        ("configuration_layer_fusion.py", "models/layer_fusion/configuration_layer_fusion.py"),
+        ("modeling_elc_bert.py", "models/modeling_elc_bert.py"),
+        ("configuration_elc_bert.py", "models/configuration_elc_bert.py"),
+        ("modeling_layer_fusion.py", "models/modeling_layer_fusion.py"),
+        ("configuration_layer_fusion.py", "models/configuration_layer_fusion.py"),
     ]:
         source = (REPO / "elc_bert" / original).read_text().splitlines()
         generated = (folder / shipped).read_text().splitlines()

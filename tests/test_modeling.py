@@ -37,7 +37,7 @@ from elc_bert import (
     ElcBertForTokenClassification,
     ElcBertModel,
 )
-from elc_bert.models.elc_bert.modeling_elc_bert import relative_position_buckets
+from elc_bert.models.modeling_elc_bert import relative_position_buckets
 
 NUM_LABELS = 3
 

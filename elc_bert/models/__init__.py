@@ -10,12 +10,18 @@ from transformers import (
     AutoModelForTokenClassification,
 )
 
-from .elc_bert import *  # noqa: F403
-from .elc_bert import __all__ as _elc_bert_all
-from .layer_fusion import *  # noqa: F403
-from .layer_fusion import __all__ as _layer_fusion_all
+from . import configuration_elc_bert, configuration_layer_fusion, modeling_elc_bert, modeling_layer_fusion
+from .configuration_elc_bert import *  # noqa: F403
+from .configuration_layer_fusion import *  # noqa: F403
+from .modeling_elc_bert import *  # noqa: F403
+from .modeling_layer_fusion import *  # noqa: F403
 
-__all__ = _elc_bert_all + _layer_fusion_all
+__all__ = (
+    configuration_elc_bert.__all__
+    + modeling_elc_bert.__all__
+    + configuration_layer_fusion.__all__
+    + modeling_layer_fusion.__all__
+)
 
 _AUTO_CLASSES = {
     ElcBertConfig: {  # noqa: F405

@@ -20,8 +20,8 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
-from ..elc_bert.modeling_elc_bert import ElcBertModel, sequence_classification_loss, token_cross_entropy
 from .configuration_layer_fusion import LayerFusionConfig
+from .modeling_elc_bert import ElcBertModel, sequence_classification_loss, token_cross_entropy
 
 
 @dataclass
