@@ -24,7 +24,7 @@ from conftest import REF_DIMS, TINY, padded_batch, randomise_elc_logits, write_r
 from hub_server import start_hub_server
 from reference_impl import naive_forward
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import BertConfig, PreTrainedTokenizerFast
+from transformers import AutoTokenizer, BertConfig, PreTrainedTokenizerFast
 
 from elc_bert import (
     ElcBertConfig,
@@ -173,7 +173,7 @@ expected = torch.load(EXPECTED)
 ids, mask = expected["input_ids"], expected["attention_mask"]
 report = {}
 for name, source in SOURCES.items():
-    auto_class, want = expected[name.removeprefix("hub:")]
+    auto_class, want = expected[name.split(":", 1)[-1]]
     model = getattr(transformers, auto_class).from_pretrained(source, trust_remote_code=True).eval()
     tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=True)
     assert tokenizer.mask_token_id == 4 and tokenizer.pad_token_id == 3, name
@@ -215,9 +215,20 @@ def hub(exported, tmp_path_factory):
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
                 cli_main(["push", str(folders["fusion_elc_dwatt"]), "--repo-id", "test-user/fusion", "--private"])
+            # Without `elc-bert export`: the library's own `push_to_hub` of a model loaded from a plain save.
+            pushed = {}
+            for name in ("elc_mlm", "fusion_elc_dwatt", "fusion_bert_concat"):
+                saved = folders[name].parent / f"{name}-saved"
+                auto_class = getattr(__import__("transformers"), MODELS[name][0])
+                auto_class.from_pretrained(saved).push_to_hub(f"test-user/plain-{name}", token="hf_test_token")
+                AutoTokenizer.from_pretrained(saved).push_to_hub(f"test-user/plain-{name}", token="hf_test_token")
+                pushed[f"pushed:{name}"] = f"test-user/plain-{name}"
         sources = {name: str(folder) for name, folder in folders.items()}
         sources["elc_mlm/AutoModel"] = str(folders["elc_mlm"])
         sources["hub:fusion_elc_dwatt"] = "test-user/fusion"
+        # Plain `save_pretrained` folders (no export) load the same way.
+        sources.update({f"saved:{name}": str(folder.parent / f"{name}-saved") for name, folder in folders.items()})
+        sources.update(pushed)
         script = f"SOURCES = {sources!r}\nEXPECTED = {str(expected_file)!r}\n" + LOAD_AND_COMPARE
         env = {"HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_test_token", "HF_HOME": str(root / "hf")}
         report = _report(_child(script, env, root))
@@ -227,11 +238,28 @@ def hub(exported, tmp_path_factory):
 
 
 def test_exported_folders_load_without_the_package(exported, hub):
-    report = {name: entry for name, entry in hub["report"].items() if not name.startswith("hub:")}
+    report = {name: entry for name, entry in hub["report"].items() if ":" not in name}
     assert set(report) == set(MODELS) | {"elc_mlm/AutoModel"}
     for name, entry in report.items():
         assert entry["module"].startswith("transformers_modules."), (name, entry)  # the shipped code, not ours
         assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, (name, entry)
+
+
+def test_plain_saves_and_push_to_hub_load_without_the_package(hub):
+    """Hub-ready without `elc-bert export`: every class's plain `save_pretrained` folder, and `push_to_hub` of an
+    ELC-BERT and of fusion models over ELC-BERT and BERT, load with `trust_remote_code` in a process where
+    `elc_bert` cannot be imported, with the original outputs."""
+    report = hub["report"]
+    assert {name for name in report if name.startswith("saved:")} == {f"saved:{name}" for name in MODELS}
+    assert {name for name in report if name.startswith("pushed:")} == {
+        "pushed:elc_mlm",
+        "pushed:fusion_elc_dwatt",
+        "pushed:fusion_bert_concat",
+    }
+    for name, entry in report.items():
+        if name.startswith(("saved:", "pushed:")):
+            assert entry["module"].startswith("transformers_modules."), (name, entry)
+            assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, (name, entry)
 
 
 def test_exported_folders_load_with_the_package(exported):

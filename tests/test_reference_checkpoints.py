@@ -259,7 +259,12 @@ def test_loaded_reference_model_saves_in_own_format(reference_checkpoint, tmp_pa
     model.save_pretrained(out_dir)
     saved = json.loads((out_dir / "config.json").read_text())
     assert saved["model_type"] == "elc_bert"
-    assert "auto_map" not in saved
+    # Not the reference's remote code: ours, which `save_pretrained` ships next to the weights.
+    assert saved["auto_map"] == {
+        "AutoConfig": "configuration_elc_bert.ElcBertConfig",
+        "AutoModelForMaskedLM": "modeling_elc_bert.ElcBertForMaskedLM",
+    }
+    assert (out_dir / "modeling_elc_bert.py").is_file()
     reloaded = AutoModelForMaskedLM.from_pretrained(out_dir)
     assert type(reloaded) is ElcBertForMaskedLM
     assert reloaded.config.layer_combination == combination

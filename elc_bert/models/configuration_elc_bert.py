@@ -144,4 +144,7 @@ class LtgBertConfig(ElcBertConfig):
     model_type = "ltgbert"
 
 
+# `save_pretrained` writes this file next to every checkpoint and names it in config.json's `auto_map`.
+ElcBertConfig.register_for_auto_class()
+
 __all__ = ["ElcBertConfig", "LtgBertConfig", "PRESETS"]

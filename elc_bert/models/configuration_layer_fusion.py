@@ -4,6 +4,8 @@ from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig
 from transformers.configuration_utils import SubConfigSpec
 
+from .configuration_elc_bert import ElcBertConfig
+
 FUSIONS = ("dwatt", "concat", "average", "last", "extra_layers")
 
 
@@ -88,5 +90,10 @@ class LayerFusionConfig(PreTrainedConfig):
         layers = self.backbone_config.num_hidden_layers
         return layers + 1 if self.fuse_embeddings else layers
 
+
+# `save_pretrained` writes this file next to every checkpoint and names it in config.json's `auto_map`. Where that
+# code runs without this package, an ELC-BERT `backbone_config` must still parse through `AutoConfig`.
+LayerFusionConfig.register_for_auto_class()
+AutoConfig.register(ElcBertConfig.model_type, ElcBertConfig, exist_ok=True)
 
 __all__ = ["LayerFusionConfig", "FUSIONS"]

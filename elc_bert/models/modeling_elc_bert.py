@@ -12,7 +12,15 @@ import re
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    PreTrainedModel,
+)
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -909,6 +917,21 @@ class ElcBertForQuestionAnswering(ElcBertPreTrainedModel):
             attentions=outputs.attentions,
         )
 
+
+# Each model class's Auto class. `save_pretrained` writes this file (and the ones it imports) next to the weights
+# and names it in config.json's `auto_map`: every saved folder loads with `trust_remote_code=True` where this package
+# is not installed (`push_to_hub` and the Trainer's pushes included); with the package, its own classes are used
+# (`elc_bert.models` registers them with the Auto classes).
+AUTO_CLASSES = {
+    AutoModel: ElcBertModel,
+    AutoModelForMaskedLM: ElcBertForMaskedLM,
+    AutoModelForSequenceClassification: ElcBertForSequenceClassification,
+    AutoModelForTokenClassification: ElcBertForTokenClassification,
+    AutoModelForMultipleChoice: ElcBertForMultipleChoice,
+    AutoModelForQuestionAnswering: ElcBertForQuestionAnswering,
+}
+for _auto_class, _model_class in AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class.__name__)
 
 __all__ = [
     "ElcBertPreTrainedModel",

@@ -12,7 +12,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
-from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    PreTrainedModel,
+)
 from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput
@@ -20,7 +26,9 @@ from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
+from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
+from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, sequence_classification_loss, token_cross_entropy
 
 
@@ -250,6 +258,16 @@ def _without_pooler(backbone: PreTrainedModel) -> PreTrainedModel:
     return backbone
 
 
+def build_backbone(backbone_config, auto_class) -> PreTrainedModel:
+    """A fresh backbone of `auto_class` (`AutoModel`, `AutoModelForMaskedLM`) for `backbone_config`. An ELC-BERT
+    backbone is built from this package's own classes, the others through the Auto classes: where a saved fusion
+    model's code runs without this package, `transformers` loads its config and modeling files as separate modules,
+    whose ElcBertConfig classes differ, so no Auto registration could map one onto the other."""
+    if backbone_config.model_type == ElcBertConfig.model_type:
+        return ELC_BERT_AUTO_CLASSES[auto_class](backbone_config)
+    return auto_class.from_config(backbone_config)
+
+
 class LayerFusionModel(LayerFusionPreTrainedModel):
     """The backbone and a fusion module. Returns the fused states and, for DWAtt, the depth weights.
 
@@ -258,7 +276,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
-        backbone = backbone if backbone is not None else AutoModel.from_config(config.backbone_config)
+        backbone = backbone if backbone is not None else build_backbone(config.backbone_config, AutoModel)
         self.backbone = _without_pooler(backbone)
         if config.fusion == "dwatt":
             self.fusion = DepthWiseAttention(config)
@@ -528,7 +546,7 @@ class LayerFusionForMaskedLM(LayerFusionPreTrainedModel):
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__(config)
-        masked_lm = backbone if backbone is not None else AutoModelForMaskedLM.from_config(config.backbone_config)
+        masked_lm = backbone if backbone is not None else build_backbone(config.backbone_config, AutoModelForMaskedLM)
         if not config.tie_word_embeddings:
             _untie(masked_lm)
         self.layer_fusion = LayerFusionModel(config, backbone=masked_lm.base_model)
@@ -614,6 +632,17 @@ def _output_embedding_name(masked_lm: PreTrainedModel) -> str:
     decoder = masked_lm.get_output_embeddings()
     return next(name for name, module in masked_lm.named_modules() if module is decoder)
 
+
+# As in modeling_elc_bert.py: each model class's Auto class, for the code `save_pretrained` writes next to the
+# weights.
+AUTO_CLASSES = {
+    AutoModel: LayerFusionModel,
+    AutoModelForMaskedLM: LayerFusionForMaskedLM,
+    AutoModelForSequenceClassification: LayerFusionForSequenceClassification,
+    AutoModelForTokenClassification: LayerFusionForTokenClassification,
+}
+for _auto_class, _model_class in AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class.__name__)
 
 __all__ = [
     "LayerFusionModel",
