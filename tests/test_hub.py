@@ -211,6 +211,9 @@ def hub(exported, tmp_path_factory):
             # huggingface_hub read HF_ENDPOINT into its constants when it was imported.
             patch.setenv("HF_ENDPOINT", endpoint)
             patch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+            # ... and the download URL template built from it (`push_to_hub` reads the repo's model card back).
+            template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+            patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
             patch.setenv("HF_TOKEN", "hf_test_token")
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
