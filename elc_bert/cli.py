@@ -1,14 +1,24 @@
-"""The `elc-bert` command: `elc-bert <command> CONFIG [key=value ...]`."""
+"""The `elc-bert` command: `elc-bert <command> CONFIG [key=value ...]`.
+
+One handler for every command: a bad input (config, file, folder, argument) prints one line naming it and exits 2;
+any other failure prints one line and exits 1; `--debug` (or ELC_BERT_DEBUG=1) shows the traceback instead.
+"""
 
 import argparse
 import json
+import os
+import sys
 from pathlib import Path
 
 from .training.config import load_config
 
+# What a user can fix in their input: exit 2, like argparse's usage errors. Anything else is a runtime failure: 1.
+INPUT_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError)
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
     commands = parser.add_subparsers(dest="command", required=True)
     pretrain_parser = commands.add_parser("pretrain", help="pretrain ELC-BERT or LTG-BERT from a YAML config")
     pretrain_parser.add_argument("config", help="YAML file (see configs/pretrain/)")
@@ -63,7 +73,22 @@ def main(argv=None):
     )
     analyze_parser.add_argument("--pppl-sentences", type=int, default=16, help="sample size of --metric pppl")
     args = parser.parse_args(argv)
+    try:
+        run(args)
+    except KeyboardInterrupt:
+        print(f"elc-bert {args.command}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as error:
+        if args.debug or os.environ.get("ELC_BERT_DEBUG") == "1":
+            raise
+        kind = "error" if isinstance(error, INPUT_ERRORS) else f"failed ({type(error).__name__})"
+        message = str(error).strip() or type(error).__name__
+        print(f"elc-bert {args.command}: {kind}: {message} (--debug shows the traceback)", file=sys.stderr)
+        sys.exit(2 if isinstance(error, INPUT_ERRORS) else 1)
 
+
+def run(args):
+    """Runs the parsed command."""
     if args.command == "pretrain":
         from .training.pretrain import PretrainConfig, pretrain
 

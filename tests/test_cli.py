@@ -1,0 +1,54 @@
+"""The `elc-bert` command's one error handler: a bad input is one line naming it and exit 2, any other failure one
+line and exit 1, `--debug` (or ELC_BERT_DEBUG=1) the traceback."""
+
+import pytest
+
+from elc_bert.cli import main
+
+
+def _config(tmp_path, text):
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_bad_config_is_one_line_and_exit_2(tmp_path, capsys):
+    config = _config(tmp_path, f"output_dir: {tmp_path / 'run'}\ntrain_files: [a]\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", config, "max_step=7"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("elc-bert pretrain: error:") and "max_step" in err and "--debug" in err
+
+
+def test_a_missing_input_folder_exits_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(tmp_path / "no-such-run"), str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert "no-such-run" in capsys.readouterr().err
+
+
+def test_a_runtime_failure_exits_1(tmp_path, capsys, monkeypatch):
+    import elc_bert.evaluation.scorecard as scorecard
+
+    def broken(run_dir):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(scorecard, "scorecard", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scorecard", str(tmp_path)])
+    assert exit_info.value.code == 1
+    assert "failed (RuntimeError): the disk is full" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_debug_shows_the_traceback(tmp_path, monkeypatch, how):
+    config = _config(tmp_path, f"output_dir: {tmp_path / 'run'}\ntrain_files: [a]\n")
+    arguments = ["pretrain", config, "max_step=7"]
+    if how == "flag":
+        arguments.insert(0, "--debug")
+    else:
+        monkeypatch.setenv("ELC_BERT_DEBUG", "1")
+    with pytest.raises(ValueError, match="max_step"):
+        main(arguments)
