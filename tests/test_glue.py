@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.cli import main
@@ -183,6 +184,24 @@ def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
         assert (result["num_train"], result["num_eval"], result["epochs_run"]) == (12, num_eval, 1.0)
         assert (glue / entry / "dev_metric.png").stat().st_size > 1000
         assert not (glue / entry / "checkpoints").exists()  # deleted after scoring
+    # The best model of each task is kept, loads through the Auto class and scores what result.json says.
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from elc_bert.training.finetune_glue import TASKS, task_metrics
+
+    result = json.loads((glue / "rte" / "result.json").read_text())
+    folder = glue / result["model"]
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    with gzip.open(data / "rte.valid.jsonl.gz", "rt", encoding="utf-8") as handle:
+        rows = [json.loads(line) for line in handle if line.strip()]
+    with torch.no_grad():
+        encoded = tokenizer(
+            [r["sentence1"] for r in rows], [r["sentence2"] for r in rows], padding=True, return_tensors="pt"
+        )
+        predictions = model(**encoded).logits.argmax(-1).numpy()
+    gold = [row["label"] for row in rows]
+    assert task_metrics(TASKS["rte"], gold, predictions)["accuracy"] == pytest.approx(result["metric"])
     mismatched = json.loads((glue / "mnli-mm" / "result.json").read_text())
     assert mismatched["trained_as"] == "mnli" and mismatched["eval_file"].endswith("mnli-mm.valid.jsonl")
     summary = json.loads((glue / "results.json").read_text())

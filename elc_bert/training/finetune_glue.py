@@ -98,7 +98,8 @@ class FinetuneGlueConfig:
     max_length: int = 128
     max_train_examples: int | None = None  # the first N training rows (CPU budgets)
     max_eval_examples: int | None = None  # the first N rows of each dev file
-    keep_checkpoints: bool = False  # the best model of each task is deleted after scoring unless True
+    keep_checkpoints: bool = False  # the Trainer's checkpoints are deleted after scoring unless True
+    keep_models: bool = True  # the best model of each task, kept as a loadable folder in glue/<task>/model
     seed: int = 12
     training: dict = field(default_factory=dict)  # further TrainingArguments
 
@@ -356,6 +357,11 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
             "patience": patience,
             "dev_curve": [[epoch, value] for epoch, value in curve] if dev_key == "dev" else None,
         }
+    if config.keep_models:  # the best checkpoint's model (load_best_model_at_end): what a user would publish
+        trainer.save_model(str(task_dir / "model"))
+        tokenizer.save_pretrained(task_dir / "model")
+        for result in results.values():
+            result["model"] = str(Path(task.name) / "model")
     if not config.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
     for entry_name, result in results.items():
