@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from .training.config import load_config
+from .training.config import load_config, named_config
 
 # What a user can fix in their input: exit 2, like argparse's usage errors. Anything else is a runtime failure: 1.
 INPUT_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError)
@@ -92,20 +92,20 @@ def run(args):
     if args.command == "pretrain":
         from .training.pretrain import PretrainConfig, pretrain
 
-        metrics = pretrain(load_config(PretrainConfig, args.config, args.overrides))
+        metrics = pretrain(load_config(PretrainConfig, named_config(args.config, "pretrain"), args.overrides))
         print(json.dumps(metrics, indent=2))
     elif args.command == "finetune-ner":
         from .training.finetune_ner import FinetuneNerConfig, finetune_ner
 
-        finetune_ner(load_config(FinetuneNerConfig, args.config, args.overrides))
+        finetune_ner(load_config(FinetuneNerConfig, named_config(args.config, "ner"), args.overrides))
     elif args.command == "mlm":
         from .training.mlm import MlmConfig, mlm
 
-        print(json.dumps(mlm(load_config(MlmConfig, args.config, args.overrides)), indent=2))
+        print(json.dumps(mlm(load_config(MlmConfig, named_config(args.config, "mlm"), args.overrides)), indent=2))
     elif args.command == "finetune-glue":
         from .training.finetune_glue import FinetuneGlueConfig, finetune_glue
 
-        finetune_glue(load_config(FinetuneGlueConfig, args.config, args.overrides))
+        finetune_glue(load_config(FinetuneGlueConfig, named_config(args.config, "glue"), args.overrides))
     elif args.command == "scorecard":
         from .evaluation.scorecard import scorecard
 

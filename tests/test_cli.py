@@ -1,6 +1,8 @@
 """The `elc-bert` command's one error handler: a bad input is one line naming it and exit 2, any other failure one
 line and exit 1, `--debug` (or ELC_BERT_DEBUG=1) the traceback."""
 
+from pathlib import Path
+
 import pytest
 
 from elc_bert.cli import main
@@ -52,3 +54,20 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch, how):
         monkeypatch.setenv("ELC_BERT_DEBUG", "1")
     with pytest.raises(ValueError, match="max_step"):
         main(arguments)
+
+
+def test_named_configs_are_found_by_name(tmp_path, monkeypatch):
+    """`elc-bert finetune-ner conll03_fewshot_dwatt`: a config name (no path, no .yaml) is looked up among the
+    package's named configs of that job, wherever the command runs; a path stays a path."""
+    from elc_bert.training.config import named_config
+
+    monkeypatch.chdir(tmp_path)
+    found = named_config("conll03_fewshot_dwatt", "ner")
+    assert found.name == "conll03_fewshot_dwatt.yaml" and found.parent.name == "ner" and found.is_file()
+    assert named_config("small-cpu", "pretrain").is_file()
+    assert named_config("my.yaml", "ner") == Path("my.yaml")  # a file to be, named as such
+    with pytest.raises(FileNotFoundError, match=r"no_such_config.*conll03_fewshot_dwatt"):
+        named_config("no_such_config", "ner")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["finetune-ner", "no_such_config"])
+    assert exit_info.value.code == 2

@@ -592,6 +592,10 @@ def test_the_wheel_ships_the_model_card_templates(tmp_path):
     templates = sorted(p.name for p in (repo / "model_cards").glob("*.md"))
     assert "model_card.md" in templates
     assert all(f"elc_bert/hub/model_cards/{name}" in names for name in templates)
+    # and the jobs' named configs, so `elc-bert finetune-ner conll03_fewshot_dwatt` finds its config
+    configs = sorted(p.relative_to(repo / "configs").as_posix() for p in (repo / "configs").glob("*/*.yaml"))
+    assert "ner/conll03_fewshot_dwatt.yaml" in configs
+    assert all(f"elc_bert/configs/{name}" in names for name in configs)
 
 
 def _snapshot(folder: Path) -> dict:

@@ -6,6 +6,20 @@ from pathlib import Path
 import yaml
 
 
+def named_config(name: str, job: str) -> Path:
+    """The YAML file a config argument names: a path as given, or else one of the package's named configs of `job`
+    (`configs/<job>/<name>.yaml`, shipped inside the package: `elc-bert finetune-ner conll03_fewshot_dwatt`)."""
+    path = Path(name)
+    if path.exists() or path.suffix in (".yaml", ".yml") or len(path.parts) > 1:
+        return path
+    shipped = Path(__file__).resolve().parents[1] / "configs" / job
+    candidate = shipped / f"{name}.yaml"
+    if not candidate.is_file():
+        known = sorted(p.stem for p in shipped.glob("*.yaml"))
+        raise FileNotFoundError(f"{name}: no such config file, nor a named {job} config (named ones: {known})")
+    return candidate
+
+
 def load_config(config_class, path: str | Path | None, overrides: list[str] = ()):
     """Reads a YAML file into `config_class` (a dataclass), after applying `key=value` overrides (dotted keys reach
     into dict fields, e.g. `training.max_steps=10`). Unknown keys raise ValueError naming the key and the file."""
