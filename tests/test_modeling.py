@@ -194,6 +194,26 @@ def test_longer_than_max_position_matches_naive(reference_checkpoint, combinatio
     assert_close(out.logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
 
 
+@pytest.mark.parametrize("variant", ["base", "normalized"])
+def test_longer_than_max_position_differs_from_the_official_rebuild_as_documented(reference_checkpoint, variant):
+    """Past `max_position_embeddings` (M) we follow the spec and clamp distances at M - 1, for every checkpoint. The
+    official ELC `base`/`normalized` code instead rebuilds its bucket table with M = T for a longer input, which moves
+    the logarithmic buckets (the official HF copies crash there). This pins the documented difference: equal to the
+    clamped naive reference, and measurably off the rebuilt one (README, "Inputs longer than M")."""
+    max_position = 24
+    folder, sd = reference_checkpoint(elc=True, seed=6, max_position_embeddings=max_position, num_layers=2)
+    model = ElcBertForMaskedLM.from_pretrained(folder, elc_variant=variant)
+    input_ids, attention_mask = padded_batch([40, 29], vocab_size=REF_DIMS["vocab_size"], seed=3)
+    with torch.no_grad():
+        logits = model(input_ids, attention_mask=attention_mask).logits
+    common = dict(num_heads=REF_DIMS["num_heads"], layer_combination="elc", elc_variant=variant)
+    clamped = naive_forward(sd, input_ids, attention_mask, max_position_embeddings=max_position, **common)
+    rebuilt = naive_forward(sd, input_ids, attention_mask, max_position_embeddings=input_ids.shape[1], **common)
+    assert_close(logits, clamped["mlm_logits"], atol=1e-5, what="clamped (ours, the spec)")
+    difference = (logits.double() - rebuilt["mlm_logits"]).abs().max().item()
+    assert difference > 1e-4, "the official rebuild would be the same here: nothing to document"
+
+
 # ============================================================================== 13. relative position buckets
 SPEC_BUCKETS = {0: 0, 16: 16, 17: 17, 32: 20, 64: 23, 128: 26, 256: 29, 406: 31, 511: 31, 599: 31}
 
