@@ -761,3 +761,24 @@ def test_layer_stack_backward_twice_and_from_an_intermediate_state():
         )
         theta[0] -= 1e-3
     assert abs((moved - base).item() / 1e-3 - theta.grad[0].item()) < 1e-2 * max(1.0, abs(theta.grad[0].item()))
+
+
+# ============================================================================== bad input to forward
+@pytest.mark.parametrize("model_class", [ElcBertModel, ElcBertForMaskedLM, ElcBertForTokenClassification], ids=class_id)
+def test_forward_rejects_bad_input_naming_the_argument(model_class):
+    """Ids outside the vocabulary, an empty batch, a mask or labels of another shape: a ValueError that names the
+    argument, before any computation (on the CPU an embedding lookup would say "index out of range in self"; on
+    CUDA a device-side assert)."""
+    model = task_model(model_class)
+    input_ids, attention_mask = padded_batch([7, 4])
+    with pytest.raises(ValueError, match=r"input_ids holds 96, outside the vocabulary of 96"):
+        model(torch.where(input_ids == input_ids[0, 1], TINY["vocab_size"], input_ids), attention_mask=attention_mask)
+    with pytest.raises(ValueError, match=r"input_ids holds -1"):
+        model(torch.full_like(input_ids, -1), attention_mask=attention_mask)
+    with pytest.raises(ValueError, match=r"non-empty B x T batch"):
+        model(input_ids[:0], attention_mask=attention_mask[:0])
+    with pytest.raises(ValueError, match=r"attention_mask has shape \(2, 6\)"):
+        model(input_ids, attention_mask=attention_mask[:, :6])
+    if model_class is not ElcBertModel:
+        with pytest.raises(ValueError, match=r"labels has shape \(2, 5\)"):
+            model(input_ids, attention_mask=attention_mask, labels=input_ids[:, :5])

@@ -651,6 +651,8 @@ class ElcBertModel(ElcBertPreTrainedModel):
         states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if not torch.compiler.is_compiling():  # eager only: these checks read tensor values
+            check_inputs(self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -675,6 +677,22 @@ class ElcBertModel(ElcBertPreTrainedModel):
             hidden_states=tuple(states) if output_hidden_states else None,
             attentions=tuple(attentions) if output_attentions and attentions else None,
         )
+
+
+def check_inputs(config, input_ids: torch.Tensor, attention_mask=None, labels=None) -> None:
+    """Raises ValueError naming the argument for an empty batch, token ids outside the vocabulary, or an
+    attention mask / labels whose shape is not the inputs' (B x T): errors an embedding lookup or a loss would
+    otherwise report far from their cause, or not at all."""
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        raise ValueError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
+    if not input_ids.is_floating_point():
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= config.vocab_size:
+            bad = high if high >= config.vocab_size else low
+            raise ValueError(f"input_ids holds {bad}, outside the vocabulary of {config.vocab_size} tokens")
+    for name, tensor in (("attention_mask", attention_mask), ("labels", labels)):
+        if tensor is not None and tuple(tensor.shape) != tuple(input_ids.shape):
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
 
 
 def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -733,6 +751,8 @@ class ElcBertForMaskedLM(ElcBertPreTrainedModel):
     ) -> MaskedLMOutput:
         """labels: B x T, -100 where not scored. logits: B x T x V; with `config.sparse_prediction` and labels, the
         head runs on the labelled positions only and `logits` is N x V for those N positions (row-major order)."""
+        if labels is not None and input_ids is not None and not torch.compiler.is_compiling():
+            check_inputs(self.config, input_ids, labels=labels)
         outputs = self.elc_bert(
             input_ids,
             attention_mask=attention_mask,
@@ -817,6 +837,8 @@ class ElcBertForTokenClassification(ElcBertPreTrainedModel):
         **kwargs,
     ) -> TokenClassifierOutput:
         """Labels every position. labels: B x T, -100 where not scored; logits: B x T x num_labels."""
+        if labels is not None and input_ids is not None and not torch.compiler.is_compiling():
+            check_inputs(self.config, input_ids, labels=labels)
         outputs = self.elc_bert(
             input_ids,
             attention_mask=attention_mask,
