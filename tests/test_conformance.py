@@ -84,7 +84,7 @@ def test_attentions_are_the_tensors_the_output_is_computed_from(arch):
 
 
 # ============================================================================== hidden states
-@pytest.mark.parametrize("selection", [[0, 2], 1, [-1]], ids=str)
+@pytest.mark.parametrize("selection", [[0, 2], 1, 0, [-1]], ids=str)
 def test_output_hidden_states_selects_by_index(selection):
     """As in transformers 5, `output_hidden_states` may be an index or a list of indices: those states are kept,
     the others are None, negative indices count from the end."""

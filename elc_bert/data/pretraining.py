@@ -86,16 +86,15 @@ class SpanMaskingCollator:
         masked, labels = self.mask(input_ids, attention_mask)
         return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
 
-    def _draws(self, sequence: torch.Tensor, length: int) -> dict[str, torch.Tensor]:
-        """The random numbers of one sequence (its n real ids), from a generator seeded by `seed` and those ids;
-        per-position draws are padded to the batch length T."""
+    def _draws(self, sequence: torch.Tensor, maskable: int, length: int) -> dict[str, torch.Tensor]:
+        """The random numbers of one sequence (its n real ids, `maskable` of them maskable), from a generator seeded
+        by `seed` and those ids; per-position draws are padded to the batch length T."""
         g = torch.Generator().manual_seed(zlib.crc32(sequence.numpy().tobytes(), self.seed))
         n, tries = len(sequence), self.max_tries
-        maskable = (sequence >= self.num_special_tokens).sum() - (sequence[-1] >= self.num_special_tokens).long()
         random_tokens = torch.full((length,), self.random_token_min, dtype=torch.long)
         random_tokens[:n] = torch.randint(self.random_token_min, self.vocab_size, (n,), generator=g)
         return {
-            "target": torch.binomial(maskable.float().view(1), torch.tensor([self.mask_p]), generator=g).long(),
+            "target": torch.binomial(torch.tensor([float(maskable)]), torch.tensor([self.mask_p]), generator=g).long(),
             "uniform": torch.rand(tries, generator=g).clamp_min(1e-12),
             "start": (torch.rand(tries, generator=g) * n).long(),
             "roll": torch.rand(tries, generator=g),
@@ -106,10 +105,11 @@ class SpanMaskingCollator:
         """Span masking of a right-padded batch (B x T); returns the masked ids and the labels."""
         batch, length = input_ids.shape
         lengths = attention_mask.sum(1)
-        draws = [self._draws(input_ids[row, : lengths[row]], length) for row in range(batch)]
-        draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
         maskable = attention_mask.bool() & (input_ids >= self.num_special_tokens)
         maskable[torch.arange(batch), (lengths - 1).clamp(min=0)] = False
+        counts = maskable.sum(1).tolist()
+        draws = [self._draws(input_ids[row, : lengths[row]], counts[row], length) for row in range(batch)]
+        draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
         target = draws["target"].view(batch)
 
         # K candidate spans per row: lengths Geometric(span_p) mod max_span, uniformly random starts.

@@ -7,6 +7,7 @@ flat form. There is no hand-kept copy of the model code: an export always ships 
 """
 
 import ast
+import re
 from pathlib import Path
 
 import elc_bert
@@ -47,7 +48,7 @@ def _rewrite(module: str, source: str) -> tuple[str, list[str]]:
     path = _module_path(module)
     tree = ast.parse(source, filename=str(path))
     lines = source.splitlines(keepends=True)
-    needed, edits = [], []
+    needed = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -65,11 +66,11 @@ def _rewrite(module: str, source: str) -> tuple[str, list[str]]:
         indent, tail = first[: node.col_offset], last[node.end_col_offset :].strip()
         if indent.strip() or (tail and not tail.startswith("#")):
             raise ValueError(f"{path}:{node.lineno}: an import that shares its line with other code")
-        names = ", ".join(alias.name + (f" as {alias.asname}" if alias.asname else "") for alias in node.names)
-        comment = f"  {tail}" if tail else ""
-        edits.append((node.lineno, node.end_lineno, f"{indent}from .{flat_name(target)} import {names}{comment}\n"))
-    for start, end, replacement in sorted(edits, reverse=True):  # bottom-up: earlier line numbers stay valid
-        lines[start - 1 : end] = [replacement]
+        # Only the module changes: the imported names keep their lines (a parenthesised import stays one).
+        flat, count = re.subn(r"from\s+[.\w]+\s+import", f"from .{flat_name(target)} import", first, count=1)
+        if not count:
+            raise ValueError(f"{path}:{node.lineno}: `from ... import` must start on the import's first line")
+        lines[node.lineno - 1] = flat
     return "".join(lines), needed
 
 

@@ -506,8 +506,8 @@ class ElcBertPreTrainedModel(PreTrainedModel):
         # A head of another task is left fresh (its weights are not in an MLM checkpoint); anything else missing would
         # silently stay random.
         fresh = ("classifier.",) if not isinstance(model, (ElcBertModel, ElcBertForMaskedLM)) else ()
-        absent = sorted(key for key in set(expected) - set(converted) - tied if not key.startswith(fresh))
-        absent = [key for key in absent if key in dict(model.named_parameters())]
+        parameters = dict(model.named_parameters())
+        absent = sorted(key for key in set(parameters) - set(converted) - tied if not key.startswith(fresh))
         if absent:
             raise ValueError(f"{weights_file}: tensors missing for {cls.__name__}: {absent}")
         missing = model.load_state_dict(converted, strict=False).missing_keys
@@ -660,29 +660,41 @@ class ElcBertModel(ElcBertPreTrainedModel):
         embeddings, relative_embedding = self.embeddings(input_ids, inputs_embeds)
         length = embeddings.shape[1]
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+        want_states = wants_hidden_states(output_hidden_states)
         last_hidden_state, states, attentions = self.encoder(
             embeddings,
             relative_embedding,
             self.position_buckets(length, embeddings.device),
             mask,
             output_attentions,
-            output_hidden_states is not False and output_hidden_states is not None,
+            want_states,
         )
-        selected = selected_hidden_states(output_hidden_states)
-        if selected is not None:
-            keep = resolve_hidden_states_indices(self, selected, num_hidden_states=len(states))
-            states = [state if i in keep else None for i, state in enumerate(states)]
         return BaseModelOutput(
             last_hidden_state=last_hidden_state,
-            hidden_states=tuple(states) if output_hidden_states else None,
+            hidden_states=select_hidden_states(states, output_hidden_states) if want_states else None,
             attentions=tuple(attentions) if output_attentions and attentions else None,
         )
 
 
-def check_inputs(config, input_ids: torch.Tensor, attention_mask=None, labels=None) -> None:
-    """Raises ValueError naming the argument for an empty batch, token ids outside the vocabulary, or an
-    attention mask / labels whose shape is not the inputs' (B x T): errors an embedding lookup or a loss would
-    otherwise report far from their cause, or not at all."""
+def wants_hidden_states(output_hidden_states) -> bool:
+    """Whether `output_hidden_states` asks for any: True, an index (0 included) or a list of indices."""
+    return output_hidden_states is not None and output_hidden_states is not False
+
+
+def select_hidden_states(states: list, output_hidden_states) -> tuple:
+    """All of `states`, or for an index or a list of indices (as `transformers` takes them; negative ones count from
+    the end, out-of-range ones select nothing) the selected ones and None elsewhere."""
+    selected = selected_hidden_states(output_hidden_states)
+    if selected is None:
+        return tuple(states)
+    keep = resolve_hidden_states_indices(None, selected, num_hidden_states=len(states))
+    return tuple(state if i in keep else None for i, state in enumerate(states))
+
+
+def check_inputs(config, input_ids: torch.Tensor, attention_mask=None) -> None:
+    """Raises ValueError naming the argument for an empty batch, token ids outside the vocabulary, or an attention
+    mask whose shape is not the inputs' (B x T): errors an embedding lookup would otherwise report far from their
+    cause (on CUDA as a device-side assert)."""
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise ValueError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
     if not input_ids.is_floating_point():
@@ -690,9 +702,13 @@ def check_inputs(config, input_ids: torch.Tensor, attention_mask=None, labels=No
         if low < 0 or high >= config.vocab_size:
             bad = high if high >= config.vocab_size else low
             raise ValueError(f"input_ids holds {bad}, outside the vocabulary of {config.vocab_size} tokens")
-    for name, tensor in (("attention_mask", attention_mask), ("labels", labels)):
-        if tensor is not None and tuple(tensor.shape) != tuple(input_ids.shape):
-            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
+    check_shape("attention_mask", attention_mask, input_ids)
+
+
+def check_shape(name: str, tensor: torch.Tensor | None, input_ids: torch.Tensor) -> None:
+    """Raises ValueError when `tensor` (a mask or per-token labels) is not B x T like `input_ids`."""
+    if tensor is not None and tuple(tensor.shape) != tuple(input_ids.shape):
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
 
 
 def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -751,8 +767,8 @@ class ElcBertForMaskedLM(ElcBertPreTrainedModel):
     ) -> MaskedLMOutput:
         """labels: B x T, -100 where not scored. logits: B x T x V; with `config.sparse_prediction` and labels, the
         head runs on the labelled positions only and `logits` is N x V for those N positions (row-major order)."""
-        if labels is not None and input_ids is not None and not torch.compiler.is_compiling():
-            check_inputs(self.config, input_ids, labels=labels)
+        if input_ids is not None:
+            check_shape("labels", labels, input_ids)
         outputs = self.elc_bert(
             input_ids,
             attention_mask=attention_mask,
@@ -837,8 +853,8 @@ class ElcBertForTokenClassification(ElcBertPreTrainedModel):
         **kwargs,
     ) -> TokenClassifierOutput:
         """Labels every position. labels: B x T, -100 where not scored; logits: B x T x num_labels."""
-        if labels is not None and input_ids is not None and not torch.compiler.is_compiling():
-            check_inputs(self.config, input_ids, labels=labels)
+        if input_ids is not None:
+            check_shape("labels", labels, input_ids)
         outputs = self.elc_bert(
             input_ids,
             attention_mask=attention_mask,

@@ -24,12 +24,17 @@ from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 from transformers.utils.generic import can_return_tuple
-from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
-from .modeling_elc_bert import ElcBertModel, sequence_classification_loss, token_cross_entropy
+from .modeling_elc_bert import (
+    ElcBertModel,
+    select_hidden_states,
+    sequence_classification_loss,
+    token_cross_entropy,
+    wants_hidden_states,
+)
 
 
 @dataclass
@@ -421,7 +426,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         `LayerFusionOutput.hidden_states`."""
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        want_states = output_hidden_states is not None and output_hidden_states is not False
+        want_states = wants_hidden_states(output_hidden_states)
         real = attention_mask.bool() if attention_mask is not None else None
         wanted = positions if positions is not None else real
         # Fusing per token, only the wanted tokens need work: a batch of short and long sentences is mostly padding.
@@ -441,21 +446,11 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         if pack and positions is None:  # back to B x T
             fused = _unpack(fused, wanted)
             depth_weights = _unpack(depth_weights, wanted) if depth_weights is not None else None
-        hidden_states = _select_states([*states, fused], output_hidden_states) if want_states else None
+        hidden_states = select_hidden_states([*states, fused], output_hidden_states) if want_states else None
         if not pack and positions is not None:  # computed at every position: keep the wanted ones
             fused = fused[positions]
             depth_weights = depth_weights[positions] if depth_weights is not None else None
         return LayerFusionOutput(last_hidden_state=fused, depth_weights=depth_weights, hidden_states=hidden_states)
-
-
-def _select_states(states: list[torch.Tensor], output_hidden_states) -> tuple[torch.Tensor | None, ...]:
-    """All of `states`, or with an index or a list of indices (as `transformers` takes them; negative ones count
-    from the end) the selected ones, None elsewhere. Indices out of range select nothing."""
-    selected = selected_hidden_states(output_hidden_states)
-    if selected is None:
-        return tuple(states)
-    keep = resolve_hidden_states_indices(None, selected, num_hidden_states=len(states))
-    return tuple(state if i in keep else None for i, state in enumerate(states))
 
 
 def _unpack(packed: torch.Tensor, real: torch.Tensor) -> torch.Tensor:

@@ -111,12 +111,7 @@ def entity_f1(label_names, scheme: str):
     """compute_metrics for the Trainer: seqeval micro-F1 over the labelled (first) sub-tokens."""
 
     def compute(prediction):
-        predictions = np.argmax(prediction.predictions, axis=-1)
-        gold, guessed = [], []
-        for row_predictions, row_labels in zip(predictions, prediction.label_ids):
-            keep = row_labels != -100
-            gold.append([label_names[i] for i in row_labels[keep]])
-            guessed.append([label_names[i] for i in row_predictions[keep]])
+        gold, guessed = tag_sequences(prediction, label_names)
         if scheme == "IOB2":
             return {"f1": f1_score(gold, guessed, mode="strict", scheme=IOB2)}
         return {"f1": f1_score(gold, guessed)}  # conlleval rules, which read IOB1 correctly
@@ -124,15 +119,21 @@ def entity_f1(label_names, scheme: str):
     return compute
 
 
-def entity_scores(prediction, label_names, scheme: str) -> dict:
-    """Entity-level precision, recall and F1 (seqeval, micro over entities) overall and per entity type, over the
-    labelled (first) sub-tokens of a `Trainer.predict` output."""
+def tag_sequences(prediction, label_names) -> tuple[list[list[str]], list[list[str]]]:
+    """The gold and predicted tags of each sentence at its labelled (first) sub-tokens, from a Trainer prediction."""
     predictions = np.argmax(prediction.predictions, axis=-1)
     gold, guessed = [], []
     for row_predictions, row_labels in zip(predictions, prediction.label_ids):
         keep = row_labels != -100
         gold.append([label_names[i] for i in row_labels[keep]])
         guessed.append([label_names[i] for i in row_predictions[keep]])
+    return gold, guessed
+
+
+def entity_scores(prediction, label_names, scheme: str) -> dict:
+    """Entity-level precision, recall and F1 (seqeval, micro over entities) overall and per entity type, over the
+    labelled (first) sub-tokens of a `Trainer.predict` output."""
+    gold, guessed = tag_sequences(prediction, label_names)
     options = {"mode": "strict", "scheme": IOB2} if scheme == "IOB2" else {}
     report = classification_report(gold, guessed, output_dict=True, zero_division=0, **options)
     overall = report["micro avg"]
@@ -372,11 +373,11 @@ def summarize(config: FinetuneNerConfig) -> dict:
                 test_mean, test_half_width = confidence_interval(tests)
                 summary[f"n{shots}"].update(test_f1=tests, test_mean=test_mean, test_ci95=test_half_width)
             if len(values) == config.trials:
-                summary[f"n{shots}"]["model"] = keep_models(config, shots, values)
+                summary[f"n{shots}"]["model"] = prune_models(config, shots, values)
     return summary
 
 
-def keep_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> str | None:
+def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> str | None:
     """Once every trial of N is finished: removes the trial models that `config.keep_models` does not keep, and
     returns the folder of the best trial's model (relative to `output_dir`) when it is kept."""
     best = max(range(len(dev_f1)), key=dev_f1.__getitem__)

@@ -220,18 +220,19 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
     recipe = {"vocab_size": config.vocab_size, "min_frequency": config.min_frequency, "train_files": config.train_files}
     recipe_file = tokenizer_dir / "tokenizer_recipe.json"
     if tokenizer_dir.exists():
-        # Runs from before the recipe was recorded: the vocabulary size at least must fit.
-        saved = json.loads(recipe_file.read_text()) if recipe_file.exists() else None
-        if saved is None and len(tokenizer := AutoTokenizer.from_pretrained(tokenizer_dir)) > config.vocab_size:
-            saved = {**recipe, "vocab_size": len(tokenizer)}
-        changed = sorted(key for key in recipe if saved is not None and saved.get(key) != recipe[key])
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        if recipe_file.exists():
+            saved = json.loads(recipe_file.read_text())
+        else:  # a run from before the recipe was recorded: the vocabulary size at least must fit
+            saved = {**recipe, "vocab_size": len(tokenizer)} if len(tokenizer) > config.vocab_size else recipe
+        changed = sorted(key for key in recipe if saved.get(key) != recipe[key])
         if changed:
             raise ValueError(
                 f"{tokenizer_dir} holds a tokenizer trained with other settings ({', '.join(changed)}: "
                 f"{[saved.get(key) for key in changed]} -> {[recipe[key] for key in changed]}); remove it or "
                 "choose a new output_dir"
             )
-        return AutoTokenizer.from_pretrained(tokenizer_dir)
+        return tokenizer
     lines = (line for batch in documents.iter(batch_size=1000) for document in batch["sentences"] for line in document)
     tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
     tokenizer.save_pretrained(tokenizer_dir)
