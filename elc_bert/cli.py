@@ -5,33 +5,69 @@ any other failure prints one line and exits 1; `--debug` (or ELC_BERT_DEBUG=1) s
 """
 
 import argparse
+import importlib
 import json
 import os
 import sys
 from pathlib import Path
 
-from .training.config import load_config, named_config
+from .training.config import describe_config, load_config, named_config
 
 # What a user can fix in their input: exit 2, like argparse's usage errors. Anything else is a runtime failure: 1.
 INPUT_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError)
+
+# The jobs driven by a YAML config: command -> (module of elc_bert.training, its config class, its configs/ folder,
+# what it does).
+JOBS = {
+    "pretrain": ("pretrain", "PretrainConfig", "pretrain", "pretrain ELC-BERT or LTG-BERT from a YAML config"),
+    "finetune-ner": ("finetune_ner", "FinetuneNerConfig", "ner", "few-shot NER (CoNLL-03, WikiAnn) from a YAML config"),
+    "mlm": ("mlm", "MlmConfig", "mlm", "MLM fine-tuning and perplexity on WikiText-2 from a YAML config"),
+    "finetune-glue": (
+        "finetune_glue",
+        "FinetuneGlueConfig",
+        "glue",
+        "BabyLM (Super)GLUE fine-tuning from a YAML config",
+    ),
+}
+
+
+class ConfigHelp(argparse.Action):
+    """`elc-bert JOB -h`: the usage, then the keys of the job's config with their types, defaults and meaning, read
+    from its dataclass (imported only when asked for: the job modules load torch)."""
+
+    def __init__(self, option_strings, dest, job, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.job = job
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        module, class_name, _, _ = JOBS[self.job]
+        config_class = getattr(importlib.import_module(f"elc_bert.training.{module}"), class_name)
+        parser.epilog = describe_config(config_class)
+        parser.print_help()
+        parser.exit()
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (argparse names the flag and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
     commands = parser.add_subparsers(dest="command", required=True)
-    pretrain_parser = commands.add_parser("pretrain", help="pretrain ELC-BERT or LTG-BERT from a YAML config")
-    pretrain_parser.add_argument("config", help="YAML file (see configs/pretrain/)")
-    pretrain_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
-    ner_parser = commands.add_parser("finetune-ner", help="few-shot NER (CoNLL-03, WikiAnn) from a YAML config")
-    ner_parser.add_argument("config", help="YAML file (see configs/ner/)")
-    ner_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
-    mlm_parser = commands.add_parser("mlm", help="MLM fine-tuning and perplexity on WikiText-2 from a YAML config")
-    mlm_parser.add_argument("config", help="YAML file (see configs/mlm/)")
-    mlm_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
-    glue_parser = commands.add_parser("finetune-glue", help="BabyLM (Super)GLUE fine-tuning from a YAML config")
-    glue_parser.add_argument("config", help="YAML file (see configs/glue/)")
-    glue_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    for job, (_, _, folder, what) in JOBS.items():
+        formatter = argparse.RawDescriptionHelpFormatter
+        job_parser = commands.add_parser(job, help=what, description=what, add_help=False, formatter_class=formatter)
+        job_parser.add_argument("-h", "--help", action=ConfigHelp, job=job, help="show this and the config keys")
+        job_parser.add_argument("config", help=f"YAML file, or the name of one in configs/{folder}/")
+        job_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
     scorecard_parser = commands.add_parser("scorecard", help="BLiMP + GLUE (+ MSGS) of a run beside the paper's row")
     scorecard_parser.add_argument("run_dir", help="a run directory holding blimp.json, glue/, ... (any subset)")
     blimp_parser = commands.add_parser("eval-blimp", help="zero-shot BLiMP-style minimal pairs (PLL or causal LL)")
@@ -39,10 +75,15 @@ def main(argv=None):
     blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
     blimp_parser.add_argument("--out", help="output folder (default: MODEL/eval for a local model)")
     blimp_parser.add_argument("--name", help="report name: NAME.json/.md/.png (default: the data folder's name)")
-    blimp_parser.add_argument("--batch-tokens", type=int, help="token budget of one forward pass (rows x length)")
-    blimp_parser.add_argument("--max-pairs-per-set", type=int, help="score only the first N pairs of each set")
+    blimp_parser.add_argument(
+        "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
+    )
+    blimp_parser.add_argument("--max-pairs-per-set", type=positive_int, help="score only the first N pairs of each set")
     blimp_parser.add_argument("--causal", action="store_true", help="force the causal (left-to-right) scorer")
     blimp_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    blimp_parser.add_argument(
+        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
+    )
     export_parser = commands.add_parser("export", help="a Hub-ready folder: remote code, safetensors, model card")
     export_parser.add_argument("source", help="a run directory (pretrain, mlm) or a saved model folder")
     export_parser.add_argument("out_dir", help="the folder to write")
@@ -66,12 +107,17 @@ def main(argv=None):
     analyze_parser.add_argument(
         "--strategies", nargs="*", help="Painters strategies (default: all; none: no sweep)", default=None
     )
-    analyze_parser.add_argument("--max-sentences", type=int, default=256, help="text sample size (default 256)")
+    analyze_parser.add_argument(
+        "--max-sentences", type=positive_int, default=256, help="text sample size (default 256)"
+    )
     analyze_parser.add_argument("--seed", type=int, default=0, help="masks of the masked-token loss, random orders")
     analyze_parser.add_argument(
         "--metric", choices=("auto", "pppl"), default="auto", help="auto: masked-token loss (fixed masks); pppl: exact"
     )
-    analyze_parser.add_argument("--pppl-sentences", type=int, default=16, help="sample size of --metric pppl")
+    analyze_parser.add_argument("--pppl-sentences", type=positive_int, default=16, help="sample size of --metric pppl")
+    analyze_parser.add_argument(
+        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
+    )
     args = parser.parse_args(argv)
     try:
         run(args)
@@ -119,7 +165,7 @@ def run(args):
         from .analysis.report import analyze, load_model, load_sentences
         from .training.finetune_ner import resolve_model
 
-        model, tokenizer = load_model(resolve_model(args.model))
+        model, tokenizer = load_model(resolve_model(args.model), allow_unloaded_weights=args.allow_unloaded_weights)
         strategies = STRATEGIES if args.strategies is None else args.strategies
         sentences = load_sentences(args.data, args.max_sentences)
         analyze(

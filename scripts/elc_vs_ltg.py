@@ -1,15 +1,21 @@
-"""ELC-BERT vs LTG-BERT at equal compute (issue 8, experiment 1).
+"""ELC-BERT vs LTG-BERT at equal compute (issue 8, experiment 1; issue 23 at the small-cpu scale).
 
     python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg.yaml [--skip-blimp]
+    python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg_small_cpu.yaml --runs elc-bert-seed42   # one run only
+    python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg_small_cpu.yaml --no-train   # score checkpoints, report
 
 With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out SUMMARY_DIR
---name blimp`) are still reported.
+--name blimp`) are still reported. With --runs only the named runs are pretrained (several processes can train runs
+side by side, one thread each) and nothing is scored or reported.
 
 Trains one tokenizer on the training files, then pretrains every (model, seed) of the plan from the same base config
 with that tokenizer (finished runs are skipped, interrupted ones resume from their last checkpoint), scores each on
 BLiMP and the supplement (`elc-bert eval-blimp`'s scorer), and writes into `results_dir`: `results.md` /
-`results.json` (final losses, BLiMP overall and per field, supplement), `loss_curves.png` (MLM loss of every run),
-`alpha.png` (the ELC-BERT runs' layer weights) and `blimp_fields.png` (BLiMP accuracy per field and run).
+`results.json` (final losses, BLiMP overall and per field, supplement), `loss_curves.png` (MLM loss of every run vs
+tokens seen), `alpha.png` (the ELC-BERT runs' layer weights) and `blimp_fields.png` (BLiMP accuracy per field and
+run). A plan with `checkpoint_blimp: {pairs_per_set: K}` also scores every saved checkpoint on the first K pairs of
+each BLiMP set (the learning curve, `blimp_curve.png`), finished or not: a run still training contributes the
+checkpoints it has.
 """
 
 import argparse
@@ -29,6 +35,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer  # noqa: E402
 import elc_bert  # noqa: E402,F401  (registers the Auto classes)
 from elc_bert.data.text import corpus_files, read_documents  # noqa: E402
 from elc_bert.data.tokenizer import train_tokenizer  # noqa: E402
+from elc_bert.runs import METRICS  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.pretrain import PretrainConfig, pretrain  # noqa: E402
 
@@ -41,20 +48,24 @@ def shared_tokenizer(base: PretrainConfig, directory: Path) -> Path:
     return directory
 
 
-def pretrain_all(plan: dict) -> dict[tuple[str, int], Path]:
-    """Pretrains the runs that have no summary yet; returns each run's summary folder. The run folders (checkpoints,
-    models) stay in `runs_dir`; each summary (metrics, alpha, BLiMP scores) is a small folder under
-    `results_dir`/runs, meant to be committed, so that a later session on a fresh clone skips finished runs."""
-    base = load_config(PretrainConfig, plan["base"], [])
-    runs_dir = Path(plan["runs_dir"])
-    tokenizer = shared_tokenizer(base, runs_dir / "tokenizer")
+def run_dir(plan: dict, name: str, seed: int) -> Path:
+    return Path(plan["runs_dir"]) / f"{name}-seed{seed}"
+
+
+def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, int], Path]:
+    """Pretrains the runs that have no summary yet (of `only`, when given: names like `elc-bert-seed42`); returns each
+    run's summary folder. The run folders (checkpoints, models) stay in `runs_dir`; each summary (metrics, alpha,
+    BLiMP scores) is a small folder under `results_dir`/runs, meant to be committed, so that a later session on a
+    fresh clone skips finished runs."""
+    base = load_config(PretrainConfig, plan["base"], plan.get("base_overrides", []))
+    tokenizer = shared_tokenizer(base, Path(plan["runs_dir"]) / "tokenizer")
     runs = {}
     for seed in plan["seeds"]:
         for name, model_fields in plan["models"].items():
-            output_dir = runs_dir / f"{name}-seed{seed}"
+            output_dir = run_dir(plan, name, seed)
             summary_dir = Path(plan["results_dir"]) / "runs" / f"{name}-seed{seed}"
             runs[(name, seed)] = summary_dir
-            if (summary_dir / "metrics.json").exists():
+            if (summary_dir / METRICS).exists() or (only is not None and output_dir.name not in only):
                 continue
             print(f"\n== pretraining {name}, seed {seed} ==")
             config = dataclasses.replace(
@@ -70,23 +81,26 @@ def pretrain_all(plan: dict) -> dict[tuple[str, int], Path]:
             model = AutoModelForMaskedLM.from_pretrained(output_dir)
             if model.config.layer_combination == "elc":
                 (summary_dir / "alpha.json").write_text(json.dumps(model.layer_weights().tolist()))
-            shutil.copy(output_dir / "metrics.json", summary_dir / "metrics.json")
+            shutil.copy(output_dir / METRICS, summary_dir / METRICS)
     return runs
 
 
 def score_blimp(plan: dict, runs: dict, score_missing: bool = True) -> dict:
-    """{(name, seed): {suite: summary}}; runs not yet scored are scored first, or left out without `score_missing`."""
+    """{(name, seed): {suite: summary}} of the finished runs; runs not yet scored are scored first, or left out
+    without `score_missing`."""
     from elc_bert.evaluation.blimp import evaluate_blimp
 
     scores = {}
     for (name, seed), summary_dir in runs.items():
         scores[(name, seed)] = {}
+        if not (summary_dir / METRICS).exists():
+            continue
         for suite, data in plan["blimp"].items():
             path = summary_dir / f"{suite}.json"
             if not path.exists():
                 if not score_missing:
                     continue
-                run = Path(plan["runs_dir"]) / f"{name}-seed{seed}"
+                run = run_dir(plan, name, seed)
                 model = AutoModelForMaskedLM.from_pretrained(run)
                 tokenizer = AutoTokenizer.from_pretrained(run)
                 evaluate_blimp(model, tokenizer, data, summary_dir, name=suite)
@@ -94,31 +108,99 @@ def score_blimp(plan: dict, runs: dict, score_missing: bool = True) -> dict:
     return scores
 
 
-def write(plan: dict, runs: dict, scores: dict):
+def score_checkpoints(plan: dict, runs: dict, score_missing: bool = True) -> dict:
+    """{(name, seed): {step: BLiMP summary on the first `pairs_per_set` pairs of each set}} over the saved checkpoints
+    of each run (those of `steps`, default all), kept as `summary_dir/checkpoints/blimp-step<N>.json` (overall and
+    per field only)."""
+    from elc_bert.evaluation.blimp import evaluate_blimp
+
+    pairs = plan["checkpoint_blimp"]["pairs_per_set"]
+    curves = {}
+    for (name, seed), summary_dir in runs.items():
+        curves[(name, seed)] = {}
+        checkpoints = sorted(run_dir(plan, name, seed).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+        for checkpoint in checkpoints:
+            step = int(checkpoint.name.split("-")[1])
+            if step not in plan["checkpoint_blimp"].get("steps", [step]):
+                continue
+            path = summary_dir / "checkpoints" / f"blimp-step{step}.json"
+            if not path.exists():
+                if not score_missing or not (checkpoint / "model.safetensors").exists():
+                    continue
+                print(f"BLiMP ({pairs} pairs per set): {name} seed {seed}, step {step}")
+                model = AutoModelForMaskedLM.from_pretrained(checkpoint)
+                tokenizer = AutoTokenizer.from_pretrained(plan["runs_dir"] + "/tokenizer")
+                result = evaluate_blimp(model, tokenizer, plan["blimp"]["blimp"], max_pairs_per_set=pairs)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                kept = {key: result[key] for key in ("overall", "fields")}
+                path.write_text(json.dumps({"step": step, "pairs_per_set": pairs, **kept}, indent=2))
+        for path in sorted((summary_dir / "checkpoints").glob("blimp-step*.json")):
+            entry = json.loads(path.read_text())
+            curves[(name, seed)][entry["step"]] = entry
+    return curves
+
+
+def tokens_seen(base: PretrainConfig, step: int) -> int:
+    """Tokens in the batches of the first `step` optimizer steps (full rows: padding of short samples included)."""
+    if base.long_seq_length is None:
+        return step * base.batch_size * base.seq_length
+    long_start = int(base.long_after * base.max_steps)
+    short, long = min(step, long_start), max(0, step - long_start)
+    return short * base.batch_size * base.seq_length + long * (base.batch_size // 4) * base.long_seq_length
+
+
+def run_metrics(plan: dict, runs: dict) -> dict:
+    """{(name, seed): {"final": final metrics or None, "log_history": [...], "step": last step}}: a finished run's
+    metrics.json, or the trainer state of the last checkpoint of a run still training (left out when it has none)."""
+    metrics = {}
+    for (name, seed), summary_dir in runs.items():
+        if (summary_dir / METRICS).exists():
+            metric = json.loads((summary_dir / METRICS).read_text())
+        else:
+            states = sorted(
+                run_dir(plan, name, seed).glob("checkpoint-*/trainer_state.json"),
+                key=lambda p: int(p.parent.name.split("-")[1]),
+            )
+            if not states:
+                continue
+            metric = {"final": None, "log_history": json.loads(states[-1].read_text())["log_history"]}
+        metric["step"] = max(entry["step"] for entry in metric["log_history"])
+        metrics[(name, seed)] = metric
+    return metrics
+
+
+def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
     results_dir = Path(plan["results_dir"])
     results_dir.mkdir(parents=True, exist_ok=True)
-    metrics = {key: json.loads((run / "metrics.json").read_text()) for key, run in runs.items()}
+    base = load_config(PretrainConfig, plan["base"], plan.get("base_overrides", []))
+    metrics = run_metrics(plan, runs)
     suites = [suite for suite in plan["blimp"] if any(suite in by_suite for by_suite in scores.values())]
-    header = "| " + " | ".join(["model", "seed", "final train loss", "validation loss", *suites]) + " |"
+    header = "| " + " | ".join(["model", "seed", "steps", "final train loss", "validation loss", *suites]) + " |"
     lines = [
-        "ELC-BERT vs LTG-BERT, `configs/pretrain/tiny.yaml` on the local stand-in corpus (BabyLM 2023 files present in "
+        f"ELC-BERT vs LTG-BERT, `{plan['base']}` on the local stand-in corpus (BabyLM 2023 files present in "
         "../shared/data, 4 of 10 sources, + WikiText-2 train; not the BabyLM corpus). Accuracies in %. Command: "
-        "`python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg.yaml`.",
+        f"`python scripts/elc_vs_ltg.py {plan_path}`.",
         "",
         header,
         "|---" * (header.count("|") - 1) + "|",
     ]
     table = {}
     for (name, seed), metric in metrics.items():
-        losses = [entry["loss"] for entry in metric["log_history"] if "loss" in entry]
-        row = {"final_train_loss": losses[-1], "eval_loss": metric["final"].get("eval_loss")}
+        history = metric["log_history"]
+        losses = [entry["loss"] for entry in history if "loss" in entry]
+        evaluations = [entry["eval_loss"] for entry in history if "eval_loss" in entry]
+        row = {"step": metric["step"], "finished": metric["final"] is not None, "final_train_loss": losses[-1]}
+        row["eval_loss"] = (metric["final"] or {}).get("eval_loss", evaluations[-1] if evaluations else None)
         for suite, summary in scores.get((name, seed), {}).items():
             row[suite] = summary["overall"]
             row[f"{suite}_fields"] = summary["fields"]
+        if curves.get((name, seed)):
+            row["blimp_curve"] = {step: entry["overall"] for step, entry in sorted(curves[(name, seed)].items())}
         table[f"{name}/seed{seed}"] = row
         cells = [f"{100 * row[suite]:.1f}" if suite in row else "not scored yet" for suite in suites]
         evaluation = "n/a" if row["eval_loss"] is None else f"{row['eval_loss']:.3f}"
-        cells = [name, str(seed), f"{row['final_train_loss']:.3f}", evaluation, *cells]
+        steps = str(row["step"]) if row["finished"] else f"{row['step']} (training)"
+        cells = [name, str(seed), steps, f"{row['final_train_loss']:.3f}", evaluation, *cells]
         lines.append("| " + " | ".join(cells) + " |")
     if "blimp" in suites:
         fields = sorted({field for row in table.values() for field in row.get("blimp_fields", {})})
@@ -128,61 +210,108 @@ def write(plan: dict, runs: dict, scores: dict):
             if "blimp_fields" not in row:
                 continue
             lines.append(f"| {key} | " + " | ".join(f"{100 * row['blimp_fields'][f]:.1f}" for f in fields) + " |")
+    if any(curves.values()):
+        pairs = plan["checkpoint_blimp"]["pairs_per_set"]
+        steps = sorted({step for by_step in curves.values() for step in by_step})
+        lines += ["", f"BLiMP at the checkpoints ({pairs} pairs per set, %), by step (M tokens seen):", ""]
+        lines.append("| model/seed | " + " | ".join(f"{s} ({tokens_seen(base, s) / 1e6:.1f} M)" for s in steps) + " |")
+        lines.append("|---" * (len(steps) + 1) + "|")
+        for (name, seed), by_step in curves.items():
+            cells = [f"{100 * by_step[s]['overall']:.1f}" if s in by_step else "" for s in steps]
+            lines.append(f"| {name}/seed{seed} | " + " | ".join(cells) + " |")
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
     print("\n".join(lines))
+    plot_losses(metrics, base, results_dir / "loss_curves.png")
+    plot_blimp_fields(table, results_dir / "blimp_fields.png")
+    plot_blimp_curves(curves, base, plan, results_dir / "blimp_curve.png")
+    elc_runs = [
+        (key, run)
+        for key, run in runs.items()
+        if plan["models"][key[0]].get("layer_combination") == "elc" and (run / "alpha.json").exists()
+    ]
+    if elc_runs:
+        plot_alpha(elc_runs, results_dir / "alpha.png")
 
+
+def plot_losses(metrics: dict, base: PretrainConfig, path: Path):
     figure, axis = plt.subplots(figsize=(6.5, 4))
     for (name, seed), metric in metrics.items():
         history = metric["log_history"]
         for key, style in (("loss", "-"), ("eval_loss", "--")):
             steps = [entry["step"] for entry in history if key in entry]
-            axis.plot(steps, [entry[key] for entry in history if key in entry], style, label=f"{name} s{seed} {key}")
-    axis.set(xlabel="step", ylabel="MLM loss", title="Pretraining (train -, validation --)", ylim=(None, None))
+            tokens = [tokens_seen(base, step) / 1e6 for step in steps]
+            axis.plot(tokens, [entry[key] for entry in history if key in entry], style, label=f"{name} s{seed} {key}")
+    axis.set(xlabel="tokens seen (M)", ylabel="MLM loss", title="Pretraining (train -, validation --)")
     axis.legend(fontsize=7)
     figure.tight_layout()
-    figure.savefig(results_dir / "loss_curves.png", dpi=120)
+    figure.savefig(path, dpi=120)
     plt.close(figure)
 
-    scored = {key: row["blimp_fields"] for key, row in table.items() if "blimp_fields" in row}
-    if scored:
-        fields = sorted({field for by_field in scored.values() for field in by_field})
-        width = 0.8 / len(scored)
-        figure, axis = plt.subplots(figsize=(1.2 * len(fields) + 2, 3.6))
-        for i, (key, by_field) in enumerate(scored.items()):
-            positions = [j + (i - (len(scored) - 1) / 2) * width for j in range(len(fields))]
-            axis.bar(positions, [100 * by_field.get(field, np.nan) for field in fields], width, label=key)
-        axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
-        axis.set_xticks(range(len(fields)), fields, rotation=20, ha="right")
-        axis.set(ylabel="accuracy (%)", title="BLiMP per field (chance 50%)", ylim=(0, 100))
-        axis.legend(fontsize=7)
-        figure.tight_layout()
-        figure.savefig(results_dir / "blimp_fields.png", dpi=120)
-        plt.close(figure)
 
-    elc_runs = [(key, run) for key, run in runs.items() if plan["models"][key[0]].get("layer_combination") == "elc"]
-    if elc_runs:
-        figure, axes = plt.subplots(1, len(elc_runs), figsize=(4 * len(elc_runs), 3.4), squeeze=False)
-        for axis, ((name, seed), run) in zip(axes[0], elc_runs):
-            alpha = np.array(json.loads((run / "alpha.json").read_text()))
-            image = axis.imshow(alpha, cmap="viridis", vmin=0, vmax=1)
-            axis.set(title=f"{name} seed {seed}", xlabel="source y_j (0 = embeddings)", ylabel="block n")
-            axis.set_xticks(range(alpha.shape[1]))
-            axis.set_yticks(range(alpha.shape[0]), [str(n) for n in range(1, alpha.shape[0] + 1)])
-        figure.colorbar(image, ax=axes[0].tolist())
-        figure.savefig(results_dir / "alpha.png", dpi=120)
-        plt.close(figure)
+def plot_blimp_fields(table: dict, path: Path):
+    scored = {key: row["blimp_fields"] for key, row in table.items() if "blimp_fields" in row}
+    if not scored:
+        return
+    fields = sorted({field for by_field in scored.values() for field in by_field})
+    width = 0.8 / len(scored)
+    figure, axis = plt.subplots(figsize=(1.2 * len(fields) + 2, 3.6))
+    for i, (key, by_field) in enumerate(scored.items()):
+        positions = [j + (i - (len(scored) - 1) / 2) * width for j in range(len(fields))]
+        axis.bar(positions, [100 * by_field.get(field, np.nan) for field in fields], width, label=key)
+    axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    axis.set_xticks(range(len(fields)), fields, rotation=20, ha="right")
+    axis.set(ylabel="accuracy (%)", title="BLiMP per field (chance 50%)", ylim=(0, 100))
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path):
+    if not any(curves.values()):
+        return
+    figure, axis = plt.subplots(figsize=(6.5, 4))
+    for (name, seed), by_step in curves.items():
+        steps = sorted(by_step)
+        tokens = [tokens_seen(base, step) / 1e6 for step in steps]
+        axis.plot(tokens, [100 * by_step[step]["overall"] for step in steps], "o-", label=f"{name} s{seed}")
+    axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    pairs = plan["checkpoint_blimp"]["pairs_per_set"]
+    axis.set(xlabel="tokens seen (M)", ylabel="BLiMP accuracy (%)", title=f"BLiMP ({pairs} pairs per set) vs tokens")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def plot_alpha(elc_runs: list, path: Path):
+    figure, axes = plt.subplots(1, len(elc_runs), figsize=(4 * len(elc_runs), 3.4), squeeze=False)
+    for axis, ((name, seed), run) in zip(axes[0], elc_runs):
+        alpha = np.array(json.loads((run / "alpha.json").read_text()))
+        image = axis.imshow(alpha, cmap="viridis", vmin=0, vmax=1)
+        axis.set(title=f"{name} seed {seed}", xlabel="source y_j (0 = embeddings)", ylabel="block n")
+        axis.set_xticks(range(alpha.shape[1]))
+        axis.set_yticks(range(alpha.shape[0]), [str(n) for n in range(1, alpha.shape[0] + 1)])
+    figure.colorbar(image, ax=axes[0].tolist())
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
     parser.add_argument("--skip-blimp", action="store_true", help="score no model; scores on disk are still reported")
+    parser.add_argument("--runs", nargs="+", help="pretrain only these runs (e.g. elc-bert-seed42), then stop")
+    parser.add_argument("--no-train", action="store_true", help="train nothing: score and report what is on disk")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
-    runs = pretrain_all(plan)
+    runs = pretrain_all(plan, only=[] if args.no_train else args.runs)
+    if args.runs:
+        return
     scores = score_blimp(plan, runs, score_missing=not args.skip_blimp)
-    write(plan, runs, scores)
+    curves = score_checkpoints(plan, runs, score_missing=not args.skip_blimp) if "checkpoint_blimp" in plan else {}
+    write(plan, args.plan, runs, scores, curves)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from elc_bert.runs import RESULT, trial_dir  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
 
@@ -40,7 +41,7 @@ def run(plan: dict, names: list[str], heads: list[str], report: bool = False) ->
             depth = {}
             if config.fusion == "dwatt":
                 for shots in config.shots:
-                    trials = [output_dir / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
+                    trials = [trial_dir(output_dir, shots, t) / RESULT for t in range(config.trials)]
                     weights = [json.loads(path.read_text())["mean_depth_weights"] for path in trials if path.exists()]
                     if not weights:
                         continue

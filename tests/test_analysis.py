@@ -35,7 +35,9 @@ from elc_bert.analysis import (
     swap_plan,
     weight_statistics,
 )
+from elc_bert.analysis.report import load_model
 from elc_bert.cli import main
+from elc_bert.evaluation import pseudo_log_likelihoods
 from elc_bert.models import ElcBertConfig, ElcBertModel, LayerFusionModel
 
 
@@ -258,7 +260,7 @@ def test_pseudo_perplexity_against_a_one_mask_at_a_time_loop():
     tokenizer = _tokenizer()
     sentences = ["a b c d e f", "b c d a"]
     batches = [dict(tokenizer(sentences, padding=True, return_tensors="pt"))]
-    metric = PseudoPerplexity(model, tokenizer, batches, chunk=3)  # chunks smaller than a sentence
+    metric = PseudoPerplexity(model, tokenizer, batches, batch_tokens=16)  # 2 masked copies per forward
     log_likelihood, count = 0.0, 0
     with torch.no_grad():
         for sentence in sentences:  # unpadded, one masked copy per forward
@@ -388,3 +390,63 @@ def test_depth_profiles_of_elc_and_dwatt(tmp_path):
         weights = fusion(**inputs).depth_weights[inputs["attention_mask"].bool()]
     assert profile == pytest.approx(weights.mean(0).tolist(), abs=1e-6)
     assert len(profile) == 5 and sum(profile) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_task_metric_of_a_gpt2_decoder_is_the_next_token_loss():
+    """GPT-2's config does not say `is_decoder`: its class says causal (one rule with BLiMP's scorer choice)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=16, n_embd=16, n_layer=2, n_head=2, n_positions=32)).eval()
+    tokenizer = _tokenizer()
+    batches = [dict(tokenizer(["a b c d e f", "b c d a"], padding=True, return_tensors="pt"))]
+    metric = TaskMetric(model, tokenizer, batches)
+    assert metric.name == "next-token loss"
+    with pytest.raises(ValueError, match="needs a masked LM"):
+        PseudoPerplexity(model, tokenizer, batches)
+
+
+def test_pseudo_perplexity_is_the_blimp_pseudo_log_likelihood():
+    """One PLL implementation: PPPL = exp(-(sum of the sentences' PLL, as BLiMP scores them) / scored tokens)."""
+    model, tokenizer = tiny_bert(cls=BertForMaskedLM), _tokenizer()
+    sentences = ["a b c d e f", "b c d a", "f e"]
+    metric = PseudoPerplexity(model, tokenizer, [dict(tokenizer(sentences, padding=True, return_tensors="pt"))])
+    pll = pseudo_log_likelihoods(model, tokenizer, sentences, progress=False)
+    assert metric.tokens == 12 and metric() == pytest.approx(math.exp(-sum(pll) / 12), rel=1e-12)
+
+
+def save_encoder(folder, architectures=None):
+    """A tiny BertModel (no MLM head) and the word-level tokenizer in `folder`; `architectures` relabels config.json."""
+    tiny_bert().save_pretrained(folder)
+    _tokenizer().save_pretrained(folder)
+    if architectures is not None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": architectures}))
+    return folder
+
+
+def test_load_model_takes_an_encoder_bare_and_refuses_a_missing_head(tmp_path):
+    model, _ = load_model(str(save_encoder(tmp_path / "encoder")))
+    assert type(model) is BertModel  # a sentence encoder is analysed without LM head (representation drift)
+    relabelled = save_encoder(tmp_path / "relabelled", ["BertForMaskedLM"])
+    with pytest.raises(ValueError) as error:
+        load_model(str(relabelled))
+    assert str(error.value).startswith(f"{relabelled}: the checkpoint does not fill BertForMaskedLM")
+    assert "cls.predictions.bias" in str(error.value) and "(6 in all)" in str(error.value)
+    model, _ = load_model(str(relabelled), allow_unloaded_weights=True)
+    assert type(model) is BertForMaskedLM
+
+
+def test_analyze_cli_refuses_unloaded_weights_unless_allowed(tmp_path, capsys):
+    folder = save_encoder(tmp_path / "relabelled", ["BertForMaskedLM"])
+    (tmp_path / "text.txt").write_text("\n".join(["a b c d e f", "f e d c b a"] * 2))
+    command = ["analyze", str(folder), "--data", str(tmp_path / "text.txt"), "--out", str(tmp_path / "out")]
+    command += ["--strategies"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"elc-bert analyze: error: {folder}: the checkpoint does not fill BertForMaskedLM" in error
+    assert "cls.predictions.bias" in error and not (tmp_path / "out").exists()
+    main(command + ["--allow-unloaded-weights"])
+    assert json.loads((tmp_path / "out" / "report.json").read_text())["leave_one_out"]["metric"] == "masked-token loss"

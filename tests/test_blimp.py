@@ -23,6 +23,7 @@ from elc_bert.evaluation.blimp import (
     load_minimal_pairs,
     pseudo_log_likelihoods,
 )
+from elc_bert.evaluation.scoring import language_model_kind, load_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_blimp = pytest.mark.skipif(not (SHARED / "blimp").is_dir(), reason="../shared/data is not beside the repository")
@@ -443,6 +444,16 @@ def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys):
     assert default["total"] == 2
 
 
+def test_cli_reports_a_malformed_data_file_before_loading_the_model(tmp_path, capsys):
+    """The data is read before the model loads: a broken file is named even when the model would take minutes to
+    load (here it does not exist at all, which would be the error if the model came first)."""
+    (tmp_path / "broken.jsonl").write_text("{not json\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval-blimp", str(tmp_path / "no_model"), "--data", str(tmp_path / "broken.jsonl")])
+    assert exit_info.value.code == 2
+    assert "broken.jsonl, line 1: not valid JSON" in capsys.readouterr().err
+
+
 def test_cli_picks_the_causal_scorer_for_a_decoder(toy_tokenizer, tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -456,3 +467,112 @@ def test_cli_picks_the_causal_scorer_for_a_decoder(toy_tokenizer, tmp_path):
     assert results["method"] == "log-likelihood (causal)" and results["model_class"] == "GPT2LMHeadModel"
     expected = [naive_causal_ll(model.eval(), toy_tokenizer, s) for s in TOY_SENTENCES[:2]]
     assert results["sets"]["pairs"]["accuracy"] == float(expected[0] > expected[1])
+
+
+# ------------------------------------------------------------------------------------ weights that did not load
+def tiny_bert_config(tokenizer, **overrides):
+    from transformers import BertConfig
+
+    fields = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    return BertConfig(vocab_size=len(tokenizer), max_position_embeddings=64, **fields, **overrides)
+
+
+def save_encoder(folder, tokenizer, architectures=None):
+    """A tiny BertModel (no MLM head) with its tokenizer in `folder`; `architectures` relabels its config.json."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if architectures is not None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": architectures}))
+    return folder
+
+
+@pytest.mark.parametrize("architectures", [None, ["BertForMaskedLM"]], ids=["encoder", "relabelled"])
+def test_load_model_refuses_an_encoder_without_mlm_head(toy_tokenizer, tmp_path, architectures):
+    """Loaded as a masked LM, an encoder folder gets a random MLM head (a relabelled one scored 100% on BLiMP): the
+    error names the folder, a few keys and their count, and the opt-in."""
+    folder = save_encoder(tmp_path / "encoder", toy_tokenizer, architectures)
+    with pytest.raises(ValueError) as error:
+        load_model(str(folder), lm_head=True)
+    message = str(error.value)
+    assert message.startswith(f"{folder}: the checkpoint does not fill BertForMaskedLM")
+    assert "missing from the checkpoint (randomly initialised): cls.predictions.bias" in message
+    assert "(6 in all)" in message and "pooler" not in message  # a module the masked LM has no place for
+    assert "allow_unloaded_weights=True" in message and "--allow-unloaded-weights" in message
+    model, _, kind = load_model(str(folder), lm_head=True, allow_unloaded_weights=True)
+    assert kind == "masked" and type(model).__name__ == "BertForMaskedLM"
+
+
+def test_load_model_refuses_unexpected_weights(toy_tokenizer, tmp_path):
+    """An ELC-BERT checkpoint whose config says LTG-BERT would silently drop its learned layer mixtures."""
+    torch.manual_seed(0)
+    ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer)))).save_pretrained(tmp_path)
+    toy_tokenizer.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "layer_combination": "residual"}))
+    with pytest.raises(ValueError, match=r"not in the model's modules \(another architecture\): elc_bert\.encoder\.la"):
+        load_model(str(tmp_path))
+
+
+def test_a_pretraining_checkpoint_read_as_a_masked_lm_is_not_refused(toy_tokenizer, tmp_path):
+    """bert-base-uncased's layout: BertForPreTraining's pooler and next-sentence head are whole modules that the
+    masked LM does not have; every weight the masked LM has loads, so it is scored without the opt-in."""
+    from transformers import BertForPreTraining
+
+    torch.manual_seed(0)
+    BertForPreTraining(tiny_bert_config(toy_tokenizer)).save_pretrained(tmp_path)
+    toy_tokenizer.save_pretrained(tmp_path)
+    model, _, kind = load_model(str(tmp_path), lm_head=True)
+    assert kind == "masked" and type(model).__name__ == "BertForMaskedLM"
+
+
+def test_tied_decoder_missing_from_the_file_is_not_flagged(toy_tokenizer, tmp_path):
+    """The decoder tied to the word embeddings is not saved; the library ties it on loading, so nothing is missing."""
+    from safetensors import safe_open
+    from transformers import BertForMaskedLM
+
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny_bert_config(toy_tokenizer)).save_pretrained(tmp_path)
+    toy_tokenizer.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as handle:
+        assert "cls.predictions.decoder.weight" not in set(handle.keys())
+    model, _, kind = load_model(str(tmp_path))
+    assert kind == "masked" and model.get_output_embeddings().weight is model.get_input_embeddings().weight
+
+
+def test_cli_refuses_unloaded_weights_unless_allowed(toy_tokenizer, tmp_path, capsys):
+    folder = save_encoder(tmp_path / "relabelled", toy_tokenizer, ["BertForMaskedLM"])
+    write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
+    command = ["eval-blimp", str(folder), "--data", str(tmp_path / "pairs.jsonl"), "--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit) as exit_info:
+        main(command)
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert f"elc-bert eval-blimp: error: {folder}: the checkpoint does not fill BertForMaskedLM" in error
+    assert "cls.predictions.bias" in error and "--allow-unloaded-weights" in error
+    assert not (tmp_path / "out").exists()
+    main(command + ["--allow-unloaded-weights"])
+    assert json.loads((tmp_path / "out" / "pairs.json").read_text())["total"] == 1
+
+
+def test_language_model_kind_of_configs_and_models(toy_tokenizer):
+    """One rule for "masked, causal or no LM head", before loading (the config) and after (the model)."""
+    from transformers import BertConfig, BertModel, GPT2Config, GPT2LMHeadModel
+
+    def config(architectures, **fields):
+        return BertConfig(architectures=architectures, **fields)
+
+    assert language_model_kind(config(["BertForMaskedLM"])) == "masked"
+    assert language_model_kind(config(["ElcBertForMaskedLM"])) == "masked"  # ours: by its name
+    assert language_model_kind(config(["XLMWithLMHeadModel"])) == "masked"  # listed as both: masked wins
+    assert language_model_kind(config(["GPT2LMHeadModel"])) == "causal"
+    assert language_model_kind(config(["BertLMHeadModel"], is_decoder=True)) == "causal"
+    assert language_model_kind(config(None, is_decoder=True)) == "causal"
+    assert language_model_kind(config(["BertModel"])) is None and language_model_kind(config(None)) is None
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=len(toy_tokenizer), n_embd=16, n_layer=1, n_head=2))
+    assert language_model_kind(gpt2) == "causal"
+    assert language_model_kind(BertModel(tiny_bert_config(toy_tokenizer))) is None
+    assert language_model_kind(BigramMaskedLM(8)) is None  # no config, no output embedding: BLiMP scores it by PLL

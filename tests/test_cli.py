@@ -71,3 +71,67 @@ def test_named_configs_are_found_by_name(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as exit_info:
         main(["finetune-ner", "no_such_config"])
     assert exit_info.value.code == 2
+
+
+def test_a_misspelt_model_key_is_refused_before_training(tmp_path, capsys):
+    """`model.layer_combinaton=residual` once trained ELC-BERT without a word."""
+    config = _config(tmp_path, f"output_dir: {tmp_path / 'run'}\ntrain_files: [a]\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", config, "model.layer_combinaton=residual"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "model.layer_combinaton" in err and "did you mean model.layer_combination" in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "job, module, class_name",
+    [
+        ("pretrain", "pretrain", "PretrainConfig"),
+        ("finetune-ner", "finetune_ner", "FinetuneNerConfig"),
+        ("mlm", "mlm", "MlmConfig"),
+        ("finetune-glue", "finetune_glue", "FinetuneGlueConfig"),
+    ],
+)
+def test_job_help_lists_every_config_key(capsys, job, module, class_name):
+    import dataclasses
+    import importlib
+
+    config_class = getattr(importlib.import_module(f"elc_bert.training.{module}"), class_name)
+    with pytest.raises(SystemExit) as exit_info:
+        main([job, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for field in dataclasses.fields(config_class):
+        assert f"\n  {field.name}: " in out, field.name
+        assert field.metadata["help"].split()[0] in out, field.name  # its meaning, from the dataclass
+    assert "learning_rate: float > 0, default" in out and "the peak learning rate" in out
+    assert "training: dict, default {}" in out and "TrainingArguments" in out
+
+
+def test_pretrain_help_shows_types_defaults_and_meaning(capsys):
+    with pytest.raises(SystemExit):
+        main(["pretrain", "-h"])
+    out = capsys.readouterr().out
+    assert "  output_dir: str, required\n" in out
+    assert "  max_steps: int >= 1, default 1000\n      optimizer steps" in out
+    assert "  optimizer: {lamb, adamw}, default lamb\n" in out
+    assert "  model: dict, default {}\n      ElcBertConfig overrides" in out
+
+
+@pytest.mark.parametrize(
+    "arguments, flag",
+    [
+        (["eval-blimp", "no-such-model", "--data", "d", "--batch-tokens", "0"], "--batch-tokens"),
+        (["eval-blimp", "no-such-model", "--data", "d", "--max-pairs-per-set", "-3"], "--max-pairs-per-set"),
+        (["analyze", "no-such-model", "--data", "d", "--out", "o", "--max-sentences", "0"], "--max-sentences"),
+        (["analyze", "no-such-model", "--data", "d", "--out", "o", "--pppl-sentences", "-1"], "--pppl-sentences"),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_counts_below_one_are_refused_by_flag(capsys, monkeypatch, arguments, flag):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SystemExit) as exit_info:
+        main(arguments)
+    assert exit_info.value.code == 2
+    assert f"argument {flag}: must be >= 1" in capsys.readouterr().err

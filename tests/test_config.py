@@ -1,6 +1,9 @@
-"""ElcBertConfig: presets, validation, serialisation and Auto registration."""
+"""ElcBertConfig: presets, validation, serialisation and Auto registration; the job configs: YAML + key=value into
+typed dataclasses, every bad key or value refused by name."""
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,6 +11,11 @@ from transformers import AutoConfig
 
 import elc_bert
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, LtgBertConfig
+from elc_bert.training.config import load_config, save_config
+from elc_bert.training.finetune_glue import FinetuneGlueConfig
+from elc_bert.training.finetune_ner import FinetuneNerConfig
+from elc_bert.training.mlm import MlmConfig
+from elc_bert.training.pretrain import PretrainConfig
 
 # The paper's sizes (docs/elc-bert.md, "Sizes"): L, D, H, I, V.
 PAPER_SIZES = {
@@ -187,3 +195,168 @@ def test_auto_config_for_model():
     reference = AutoConfig.for_model("ltgbert")
     assert isinstance(reference, LtgBertConfig)
     assert reference.model_type == "ltgbert"
+
+
+# ------------------------------------------------------------------------------------------------------- job configs
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# Each job: its config class, its folder of shipped configs and the smallest valid YAML.
+JOBS = {
+    "pretrain": (PretrainConfig, "pretrain", "output_dir: run\ntrain_files: [a]\n"),
+    "ner": (FinetuneNerConfig, "ner", "output_dir: run\nmodel: m\ndata_dir: d\n"),
+    "mlm": (MlmConfig, "mlm", "output_dir: run\nmodel: m\ndata_dir: d\n"),
+    "glue": (FinetuneGlueConfig, "glue", "model: m\ndata_dir: d\n"),
+}
+
+
+def _load(tmp_path, job, overrides=(), extra=""):
+    config_class, _, text = JOBS[job]
+    path = tmp_path / f"{job}.yaml"
+    path.write_text(text + extra)
+    return load_config(config_class, path, list(overrides))
+
+
+@pytest.mark.parametrize("job, folder", [(job, folder) for job, (_, folder, _) in JOBS.items()])
+def test_every_shipped_config_loads(job, folder):
+    """Guards the shipped YAML files against typos and values of the wrong type."""
+    paths = sorted((CONFIGS / folder).glob("*.yaml"))
+    assert paths
+    for path in paths:
+        config = load_config(JOBS[job][0], path, [])
+        assert isinstance(config.learning_rate, float), path
+
+
+def test_values_take_their_declared_types(tmp_path):
+    """YAML reads 2e-4 (no dot) as a string, 3.0 as a float; `key=value` gives whatever YAML makes of the value."""
+    extra = 'learning_rate: 2e-4\nmax_steps: 3.0\nbatch_size: "8"\ntraining: {save_steps: 5}\n'
+    config = _load(tmp_path, "pretrain", ["torch_compile=no", "max_eval_samples=null", "model.hidden_size=64"], extra)
+    assert config.learning_rate == pytest.approx(2e-4) and type(config.learning_rate) is float
+    assert config.max_steps == 3 and type(config.max_steps) is int
+    assert config.batch_size == 8 and type(config.batch_size) is int
+    assert config.torch_compile is False and config.max_eval_samples is None
+    assert config.model == {"hidden_size": 64} and config.training == {"save_steps": 5.0}  # TrainingArguments' float
+    config = _load(tmp_path, "pretrain", ["learning_rate=2e-4", "weight_decay=0"])
+    assert type(config.learning_rate) is float and type(config.weight_decay) is float
+    ner = _load(tmp_path, "ner", ["shots=[8, 16]", "trials=2.0", "fusion=null", "fusion_options.bottleneck_ratio=1e-1"])
+    assert ner.shots == [8, 16] and ner.trials == 2 and ner.fusion is None
+    assert ner.fusion_options == {"bottleneck_ratio": pytest.approx(0.1)}
+    assert _load(tmp_path, "ner", ["shots=8"]).shots == [8]  # a single value for a list of one
+    mlm = _load(tmp_path, "mlm", ["epochs=2", "max_train_blocks=10"])
+    assert type(mlm.epochs) is float and mlm.max_train_blocks == 10
+    glue = _load(tmp_path, "glue", ["eval_steps=200", "output_dir=2024", "training.warmup_steps=1e2"])
+    assert glue.eval_steps == 200 and glue.output_dir == "2024" and glue.training == {"warmup_steps": 100.0}
+
+
+BAD_VALUES = [
+    ("pretrain", "learning_rate=fast", r"learning_rate must be a number, got 'fast'"),
+    ("pretrain", "max_steps=3.5", r"max_steps must be an integer, got 3.5"),
+    ("pretrain", "torch_compile=maybe", r"torch_compile must be true or false, got 'maybe'"),
+    ("pretrain", "training.save_steps=often", r"training.save_steps must be a number, got 'often'"),
+    ("pretrain", "model.hidden_size=wide", r"model.hidden_size must be an integer, got 'wide'"),
+    ("pretrain", "train_files=[{path: 3, split: [a]}]", r"train_files\[0\].split must be a string, got \['a'\]"),
+    ("pretrain", "preset=huge", r"preset must be one of \[.*'tiny'.*\], got 'huge'"),
+    ("ner", "shots=[8, many]", r"shots\[1\] must be an integer, got 'many'"),
+    ("ner", "fusion=dwat", r"fusion must be one of \[.*'dwatt'.*\] or null, got 'dwat'"),
+    ("ner", "fusion_options.num_extra_layers=two", r"fusion_options.num_extra_layers must be an integer"),
+    ("mlm", "epochs=[1]", r"epochs must be a number, got \[1\]"),
+    ("glue", "training=5", r"training must be a mapping"),
+]
+
+
+@pytest.mark.parametrize("job, override, message", BAD_VALUES, ids=[o for _, o, _ in BAD_VALUES])
+def test_a_value_of_the_wrong_type_names_file_key_type_and_value(tmp_path, job, override, message):
+    with pytest.raises(ValueError, match=rf"{job}\.yaml.*{message}"):
+        _load(tmp_path, job, [override])
+
+
+def test_empty_values_name_the_key(tmp_path):
+    with pytest.raises(ValueError, match=r"learning_rate has no value: it must be a number"):
+        _load(tmp_path, "pretrain", ["learning_rate="])
+    with pytest.raises(ValueError, match=r"pretrain\.yaml: max_steps has no value"):
+        _load(tmp_path, "pretrain", extra="max_steps:\n")
+    with pytest.raises(ValueError, match=r"model has no value"):
+        _load(tmp_path, "ner", ["model="])
+    assert _load(tmp_path, "pretrain", ["max_eval_samples="]).max_eval_samples is None  # Optional: null
+
+
+def test_missing_required_keys_are_named(tmp_path):
+    path = tmp_path / "mlm.yaml"
+    path.write_text("model: m\ndata_dir: d\n")
+    with pytest.raises(ValueError, match=r"mlm\.yaml: missing required keys \['output_dir'\]"):
+        load_config(MlmConfig, path, [])
+    with pytest.raises(ValueError, match=r"missing required keys \['train_files\[0\].path'\]"):
+        _load(tmp_path, "pretrain", ["train_files=[{split: train}]"])
+
+
+UNKNOWN_KEYS = [
+    ("pretrain", "max_step=7", "max_step", "max_steps"),
+    ("pretrain", "model.layer_combinaton=residual", "model.layer_combinaton", "model.layer_combination"),
+    ("pretrain", "training.save_stepz=3", "training.save_stepz", "training.save_steps"),
+    ("pretrain", "train_files=[{path: x, splt: train}]", r"train_files\[0\].splt", r"train_files\[0\].split"),
+    ("ner", "fusion_options.num_extra_layer=2", "fusion_options.num_extra_layer", "fusion_options.num_extra_layers"),
+    ("ner", "training.num_train_epoch=2", "training.num_train_epoch", "training.num_train_epochs"),
+    ("mlm", "training.weight_decai=0.1", "training.weight_decai", "training.weight_decay"),
+    ("glue", "large_task=[mnli]", "large_task", "large_tasks"),
+]
+
+
+@pytest.mark.parametrize("job, override, key, nearest", UNKNOWN_KEYS, ids=[o for _, o, _, _ in UNKNOWN_KEYS])
+def test_unknown_keys_at_any_depth_suggest_the_nearest(tmp_path, job, override, key, nearest):
+    with pytest.raises(ValueError, match=rf"{job}\.yaml.*unknown keys \['{key}'\].*did you mean {nearest}\?"):
+        _load(tmp_path, job, [override])
+
+
+def test_keys_the_job_sets_are_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"model.vocab_size is set by the job.*use vocab_size"):
+        _load(tmp_path, "pretrain", ["model.vocab_size=100"])
+    with pytest.raises(ValueError, match=r"fusion_options.fusion is set by the job"):
+        _load(tmp_path, "ner", ["fusion_options.fusion=concat"])
+    assert _load(tmp_path, "ner", ["fusion_options.attn_implementation=eager"]).fusion_options  # from_backbone's
+
+
+OUT_OF_BOUNDS = [
+    ("pretrain", "learning_rate=0", "learning_rate must be > 0"),
+    ("pretrain", "warmup_ratio=1.5", r"warmup_ratio must be in \[0, 1\]"),
+    ("pretrain", "final_lr_ratio=-0.1", r"final_lr_ratio must be in \[0, 1\]"),
+    ("pretrain", "long_after=1", r"long_after must be in \(0, 1\)"),
+    ("pretrain", "weight_decay=-1", "weight_decay must be >= 0"),
+    ("pretrain", "shuffle_buffer=0", "shuffle_buffer must be >= 1"),
+    ("ner", "epochs=0", "epochs must be >= 1"),
+    ("ner", "batch_size=-2", "batch_size must be >= 1"),
+    ("ner", "learning_rate=-1e-3", "learning_rate must be > 0"),
+    ("ner", "max_eval_sentences=0", "max_eval_sentences must be >= 1"),
+    ("ner", "max_test_sentences=-1", "max_test_sentences must be >= 1"),
+    ("ner", "shots=[8, 0]", r"shots must be >= 1, got \[8, 0\]"),
+    ("mlm", "epochs=0", "epochs must be > 0"),
+    ("mlm", "batch_size=0", "batch_size must be >= 1"),
+    ("mlm", "mask_p=1.5", r"mask_p must be in \(0, 1\)"),
+    ("mlm", "block_size=2", "block_size must be >= 3"),
+    ("mlm", "max_eval_blocks=0", "max_eval_blocks must be >= 1"),
+    ("glue", "epochs=-1", "epochs must be > 0"),
+    ("glue", "learning_rate=0", "learning_rate must be > 0"),
+    ("glue", "batch_size=0", "batch_size must be >= 1"),
+    ("glue", "eval_batch_size=0", "eval_batch_size must be >= 1"),
+    ("glue", "eval_steps=0", "eval_steps must be >= 1"),
+    ("glue", "warmup=-0.5", "warmup must be >= 0"),
+    ("glue", "large_tasks=[mnlii]", r"large_tasks: unknown \['mnlii'\]"),
+]
+
+
+@pytest.mark.parametrize("job, override, message", OUT_OF_BOUNDS, ids=[f"{j}-{o}" for j, o, _ in OUT_OF_BOUNDS])
+def test_numbers_out_of_bounds_are_refused_by_name(tmp_path, job, override, message):
+    with pytest.raises(ValueError, match=rf"{job}\.yaml.*{message}"):
+        _load(tmp_path, job, [override])
+
+
+def test_typed_config_resumes_with_the_config_it_saved(tmp_path):
+    """save_config's resume check compares the typed values: a run restarted with the same file resumes, and the
+    saved file loads back to the same config."""
+    extra = "learning_rate: 2e-4\nmax_steps: 6.0\ntraining: {save_steps: 3, report_to: []}\nmodel: {hidden_size: 64}\n"
+    config = _load(tmp_path, "pretrain", ["batch_size=8"], extra)
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(config, run / "pretrain_config.yaml")
+    (run / "checkpoint-3").mkdir()
+    save_config(_load(tmp_path, "pretrain", ["batch_size=8"], extra), run / "pretrain_config.yaml")  # resumes
+    assert load_config(PretrainConfig, run / "pretrain_config.yaml", []) == config
+    with pytest.raises(ValueError, match=r"learning_rate: 0.0002 -> 0.001"):
+        save_config(dataclasses.replace(config, learning_rate=1e-3), run / "pretrain_config.yaml")

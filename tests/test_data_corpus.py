@@ -15,6 +15,7 @@ from transformers import AutoTokenizer
 
 from elc_bert.data import corpus
 from elc_bert.data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
+from elc_bert.data.jsonl import read_jsonl
 from elc_bert.data.pretraining import pack_sentences
 from elc_bert.data.text import corpus_files, read_documents, read_lines
 from elc_bert.data.tokenizer import train_tokenizer
@@ -206,3 +207,42 @@ def test_bad_input_is_named(tokenizer, tmp_path):
     documents = document_dataset(tmp_path / "ok.train", cache_dir=tmp_path / "cache")
     with pytest.raises(ValueError, match="seq_length"):
         packed_samples(documents, tokenizer, 2)
+
+
+def test_unreadable_files_name_file_and_line(tmp_path):
+    """Not UTF-8, truncated and corrupt gzip: a ValueError naming the file (and the line where it is known), from
+    the text readers, `document_dataset` and the JSON Lines reader alike."""
+    (tmp_path / "latin1.train").write_bytes("first line\nsecond\nna\u00efve third\n".encode("latin-1"))
+    whole = gzip.compress("".join(f"line {i} of some text\n" for i in range(20000)).encode())
+    (tmp_path / "cut.train.gz").write_bytes(whole[: len(whole) // 2])
+    corrupt = bytearray(whole)
+    corrupt[-8] ^= 0xFF  # the checksum
+    (tmp_path / "corrupt.train.gz").write_bytes(bytes(corrupt))
+    expected = {
+        "latin1.train": r"latin1\.train, line 3: not UTF-8 text \(byte 0xef at column 3\)",
+        "cut.train.gz": r"cut\.train\.gz, line \d+: cannot be read \(truncated gzip data",
+        "corrupt.train.gz": r"corrupt\.train\.gz, line \d+: cannot be read \(corrupt gzip data: CRC check failed",
+    }
+    for name, message in expected.items():
+        for read in (read_lines, lambda path: read_documents([path])):
+            with pytest.raises(ValueError, match=message):
+                read(tmp_path / name)
+        with pytest.raises(ValueError, match=message):
+            document_dataset(tmp_path / name, cache_dir=tmp_path / "cache")
+    good = json.dumps({"sentence": "fine"})
+    (tmp_path / "rows.jsonl").write_bytes(f"{good}\n{good}\n".encode() + '{"sentence": "caf\u00e9"}\n'.encode("cp1252"))
+    with pytest.raises(ValueError, match=r"rows\.jsonl, line 3: not UTF-8 text \(byte 0xe9 at column 18\)"):
+        list(read_jsonl(tmp_path / "rows.jsonl"))
+    (tmp_path / "rows.jsonl.gz").write_bytes(gzip.compress(f"{good}\n".encode() * 5000)[:-100])
+    with pytest.raises(ValueError, match=r"rows\.jsonl\.gz, line \d+: cannot be read \(truncated gzip data"):
+        list(read_jsonl(tmp_path / "rows.jsonl.gz"))
+
+
+def test_byte_order_mark_is_dropped(tmp_path):
+    (tmp_path / "bom.train").write_text("\ufeffFirst sentence.\nSecond one.\n", encoding="utf-8")
+    assert read_lines(tmp_path / "bom.train") == ["First sentence.", "Second one."]
+    documents = document_dataset(tmp_path / "bom.train", cache_dir=tmp_path / "cache")
+    assert documents["sentences"] == [["First sentence.", "Second one."]]
+    with gzip.open(tmp_path / "bom.jsonl.gz", "wt", encoding="utf-8-sig") as handle:
+        handle.write(json.dumps({"label": 1}) + "\n")
+    assert list(read_jsonl(tmp_path / "bom.jsonl.gz")) == [(1, {"label": 1})]

@@ -1,12 +1,16 @@
 """NER loaders on the staged data (read from ../shared/data, never copied here) and on made-up files."""
 
+import gzip
+import logging
 from pathlib import Path
 
 import pytest
+from seqeval.scheme import IOB2, Entities
 
 from elc_bert.data.ner import (
     CONLL03_LABELS,
     NerDataError,
+    convert_scheme,
     few_shot_sample,
     load_conll03,
     load_wikiann,
@@ -115,3 +119,60 @@ def test_first_sub_token_labelling():
         assert [label for _, label in labelled] == tags
         firsts = {w: i for i, w in reversed(list(enumerate(word_ids))) if w is not None}
         assert all(encoded["labels"][row][firsts[w]] == tags[w] for w in firsts)
+
+
+def test_unreadable_files_name_file_and_line(tmp_path):
+    (tmp_path / "latin1.txt").write_bytes("Alice B-PER\nM\u00fcnchen B-LOC\n".encode("latin-1"))
+    with pytest.raises(NerDataError, match=r"latin1\.txt, line 2: not UTF-8 text \(byte 0xfc at column 2\)"):
+        read_conll(tmp_path / "latin1.txt")
+    whole = gzip.compress("".join(f"w{i} O\n\n" for i in range(5000)).encode())
+    (tmp_path / "iob2").mkdir()
+    for name in ("train.txt.gz", "valid.txt.gz", "test.txt.gz"):
+        (tmp_path / "iob2" / name).write_bytes(whole)
+    (tmp_path / "iob2" / "valid.txt.gz").write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(NerDataError, match=r"valid\.txt\.gz, line \d+: cannot be read \(truncated gzip data"):
+        load_conll03(tmp_path, scheme="iob2")
+
+
+def test_byte_order_mark_is_dropped(tmp_path):
+    for first in ("-DOCSTART- -X- O\n\n", ""):
+        data = read_conll(_write(tmp_path / "bom.txt", f"\ufeff{first}Alice B-PER\nsaw O\n"))
+        assert data["tokens"] == [["Alice", "saw"]]
+
+
+def test_tags_in_the_other_scheme_are_converted_with_a_warning(tmp_path, caplog):
+    iob1 = "Alice I-PER\nBob I-PER\nCarol B-PER\nin O\nBerlin I-LOC\nsaw O\n\nParis I-LOC\n"
+    iob2 = "Alice B-PER\nBob I-PER\nCarol B-PER\nin O\nBerlin B-LOC\nsaw O\n\nParis B-LOC\n"
+    (tmp_path / "iob2").mkdir()
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        _write(tmp_path / "iob2" / name, iob1)  # IOB1 files where IOB2 ones are expected
+    with caplog.at_level(logging.WARNING, logger="elc_bert.data.ner"):
+        data = load_conll03(tmp_path, scheme="iob2")
+    names = data["train"].features["ner_tags"].feature.names
+    assert [[names[i] for i in s] for s in data["validation"]["ner_tags"]] == [
+        ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "O"],
+        ["B-LOC"],
+    ]
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("valid.txt: 3 entities start with I- (IOB1 tags), the first at line 1" in m for m in messages)
+    assert any("converted to IOB2" in m for m in messages)
+    gold = [[names[i] for i in s] for s in data["test"]["ner_tags"]]
+    assert sum(map(len, Entities(gold, IOB2).entities)) == 4  # the strict IOB2 scorer sees every entity
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="elc_bert.data.ner"):
+        data = read_conll(_write(tmp_path / "two.txt", iob2), label_names=CONLL03_LABELS, scheme="IOB1")
+    assert [[CONLL03_LABELS[i] for i in s] for s in data["ner_tags"]] == [
+        ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "O"],
+        ["I-LOC"],
+    ]
+    assert "two.txt: 3 entities start with B- after O or another type (IOB2 tags), the first at line 1" in (
+        caplog.records[0].getMessage()
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="elc_bert.data.ner"):
+        read_conll(_write(tmp_path / "same.txt", iob2), scheme="IOB2")
+    assert not caplog.records  # a file in the scheme asked for is read as it is
+    for tags in ([t.split()[1] for t in iob1.split("\n") if t], ["I-PER", "I-ORG", "B-ORG", "O", "I-PER"]):
+        assert convert_scheme(convert_scheme(tags, "IOB2"), "IOB1") == convert_scheme(tags, "IOB1")
+        assert convert_scheme(tags, "IOB2") == iob1_to_iob2(tags)

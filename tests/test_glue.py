@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
 from elc_bert.cli import main
 from elc_bert.training.finetune_glue import (
     TASKS,
@@ -191,6 +191,7 @@ def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
 
     result = json.loads((glue / "rte" / "result.json").read_text())
     folder = glue / result["model"]
+    assert runs.recorded_models(glue)["rte/model"] == runs.fingerprint(folder)  # what export checks a card against
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     with gzip.open(data / "rte.valid.jsonl.gz", "rt", encoding="utf-8") as handle:

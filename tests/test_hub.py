@@ -37,6 +37,7 @@ from elc_bert import (
     LayerFusionForMaskedLM,
     LayerFusionForSequenceClassification,
     LayerFusionForTokenClassification,
+    runs,
 )
 from elc_bert.cli import main as cli_main
 from elc_bert.hub.convert import convert
@@ -287,10 +288,11 @@ def test_export_folder_contents(exported):
     assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "alpha.png"} <= names
     assert not names & {"pytorch_model.bin", "model.bin"}
     code = {p.name: p.read_text() for p in folder.glob("*.py")}
-    # A layer-fusion folder ships the ELC-BERT code its backbone needs.
+    # A layer-fusion folder ships the ELC-BERT code its backbone needs and the weights check its loading uses.
     assert set(code) == {
         "configuration_layer_fusion.py",
         "modeling_layer_fusion.py",
+        "loading.py",
         "configuration_elc_bert.py",
         "modeling_elc_bert.py",
     }
@@ -408,16 +410,22 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
         result = {"shots": shots, "trial": trial, "best_dev_f1": f1, "mean_depth_weights": weights}
         (trial_dir / "result.json").write_text(json.dumps(result))
     summary = write_results(config)
+    folders, _ = exported
+    kept = runs.trial_dir(run, 32, 1) / runs.MODEL  # the trial model the run kept (and recorded)
+    shutil.copytree(folders["fusion_elc_dwatt"], kept)
+    runs.record_model(run, kept)
 
     out = tmp_path / "out"
-    folders, _ = exported
-    export(folders["fusion_elc_dwatt"], out, run_dir=run)
+    export(kept, out, run_dir=run)
     metadata, text = _card(out)
-    assert metadata["pipeline_tag"] == "token-classification" and "eriktks/conll2003" in metadata["datasets"]
+    # The run read local CoNLL-2003 files (data_dir "unused"), not a Hub dataset: the card says so.
+    assert metadata["pipeline_tag"] == "token-classification" and "datasets" not in metadata
+    assert "CoNLL-2003 from local files `unused`" in text and "conll2003`" not in text
     results = metadata["model-index"][0]["results"]
     assert [r["metrics"][0]["value"] for r in results] == [summary["n8"]["mean"], summary["n32"]["mean"]]
     assert all(r["metrics"][0]["type"] == "f1" and r["dataset"]["split"] == "validation" for r in results)
-    assert "not these exact weights" in text and "optimistic" in text
+    assert all(r["dataset"]["type"] == "unused" for r in results)
+    assert "are the run's `n32/trial1/model`" in text and "not these exact weights" in text and "optimistic" in text
     assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
 
 
@@ -528,9 +536,11 @@ def test_export_of_an_mlm_run_takes_its_best_checkpoint(tmp_path):
     ElcBertForMaskedLM(_elc()).save_pretrained(run / "checkpoint-8")  # the last, not the best
     state = {"best_model_checkpoint": str(run / "checkpoint-4")}
     (run / "checkpoint-8" / "trainer_state.json").write_text(json.dumps(state))
-    (run / "mlm_config.yaml").write_text(yaml.safe_dump({"model": str(started_from), "fusion": None, "epochs": 1}))
+    mlm_config = {"model": str(started_from), "data_dir": "Salesforce/wikitext", "dataset_config": "wikitext-2-v1"}
+    (run / "mlm_config.yaml").write_text(yaml.safe_dump({**mlm_config, "fusion": None, "epochs": 1}))
     measured = {"validation_loss": 4.1, "validation_perplexity": 60.3, "test_loss": 4.2, "test_perplexity": 66.7}
     (run / "metrics.json").write_text(json.dumps({"final": measured, "log_history": []}))
+    runs.record_model(run, run / "checkpoint-4")  # as `elc-bert mlm` records its best checkpoint
     out = export(run, tmp_path / "out")
     assert (out / "tokenizer.json").is_file()
     exported = ElcBertForMaskedLM.from_pretrained(out)
@@ -640,3 +650,64 @@ def test_a_failed_export_leaves_no_half_written_folder(pretrain_run, tmp_path, m
         export(pretrain_run, previous, overwrite=True)
     assert _snapshot(previous) == {Path("README.md"): b"an earlier export"}
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [], "scratch folders left behind"
+
+
+def test_card_metrics_only_for_a_model_the_run_saved(pretrain_run, exported, tmp_path):
+    """`export SOURCE OUT --run-dir RUN` puts RUN's metrics on the card only when RUN saved SOURCE's weights (the
+    fingerprints it recorded): another model is refused naming both folders, a copy of the run's own model is not;
+    a run made before fingerprints were recorded is refused with the way to export without metrics."""
+    folders, _ = exported
+    other = folders["elc_mlm"]
+    with pytest.raises(ValueError, match="was not made by the run") as error:
+        export(other, tmp_path / "out", run_dir=pretrain_run)
+    assert str(other) in str(error.value) and str(pretrain_run) in str(error.value)
+    assert not (tmp_path / "out").exists()
+
+    copy = tmp_path / "copy"  # the run's final model in a folder of its own: still the run's model
+    copy.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(pretrain_run / name, copy / name)
+    _, text = _card(export(copy, tmp_path / "out", run_dir=pretrain_run))
+    assert f"Measured by the run in `{pretrain_run}`" in text
+
+    old = tmp_path / "old-run"
+    shutil.copytree(pretrain_run, old)
+    (old / runs.MODEL_FINGERPRINTS).unlink()
+    with pytest.raises(ValueError, match="older elc_bert") as error:
+        export(old, tmp_path / "out-old")
+    assert "export that folder, leaving --run-dir out" in str(error.value)
+    _, text = _card(export(copy, tmp_path / "out-old"))  # what the message says: no run, no metrics
+    assert "No evaluation results" in text
+
+
+def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path):
+    """The card names the data as the run's saved config does: local files by their path (no Hub dataset claimed),
+    a Hub dataset by its id; its install line is one that works for a package that is not on PyPI."""
+    from elc_bert.hub.model_card import _stand_in_note
+
+    local = tmp_path / "wikitext2"
+    local.mkdir()
+    model = ElcBertForMaskedLM(_elc()).eval()
+    for data_dir, on_hub in ((str(local), False), ("Salesforce/wikitext", True)):
+        run = tmp_path / f"mlm-run-{on_hub}"
+        model.save_pretrained(run / "checkpoint-4")
+        _tokenizer(TINY["vocab_size"]).save_pretrained(run / "checkpoint-4")
+        config = {"model": "unused", "data_dir": data_dir, "dataset_config": "wikitext-2-v1", "fusion": None}
+        (run / "mlm_config.yaml").write_text(yaml.safe_dump(config))
+        (run / "metrics.json").write_text(json.dumps({"final": {"test_loss": 4.2}, "log_history": []}))
+        runs.record_model(run, run / "checkpoint-4")
+        metadata, text = _card(export(run, tmp_path / f"out-{on_hub}"))
+        [result] = metadata["model-index"][0]["results"]
+        if on_hub:
+            assert metadata["datasets"] == ["Salesforce/wikitext"]
+            assert result["dataset"]["type"] == "Salesforce/wikitext" and result["dataset"]["config"] == "wikitext-2-v1"
+            assert "on the Hub dataset `Salesforce/wikitext` (wikitext-2-v1)" in text
+        else:
+            assert "datasets" not in metadata and result["dataset"]["type"] == str(local)
+            assert f"on WikiText-2 from local files `{local}`" in text and "Salesforce" not in text
+        assert "pip install elc_bert`" not in text and "not on PyPI" in text and "`pip install -e .` in a clone" in text
+        assert 'pip install "elc_bert @ git+' in text
+        assert 'AutoModelForMaskedLM.from_pretrained("USER/NAME", trust_remote_code=True)' in text
+    # A pretraining run may read a Hub dataset (a dict entry) besides local files.
+    note = _stand_in_note({"train_files": ["a.txt", {"path": "org/corpus", "name": "en"}], "data_dir": "d"})
+    assert "local files `d/a.txt` plus the Hub dataset `org/corpus` (en)" in note

@@ -879,3 +879,40 @@ def test_config_backbone_from_dict_and_defaults():
     assert (defaults.bottleneck_ratio, defaults.layer_position_dim) == (0.5, 24)
     assert not (defaults.scaled_depth_attention or defaults.concat_residual or defaults.freeze_backbone)
     assert type(AutoModel.from_config(defaults)) is LayerFusionModel
+
+
+# ------------------------------------------------------------------------------------------- incomplete checkpoints
+def drop_from_checkpoint(folder, prefixes):
+    """Rewrites folder/model.safetensors without the tensors whose key starts with one of `prefixes`; returns them."""
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(folder / "model.safetensors")
+    dropped = sorted(key for key in state if key.startswith(prefixes))
+    save_file({key: value for key, value in state.items() if key not in dropped}, folder / "model.safetensors")
+    return dropped
+
+
+@pytest.mark.parametrize("kind", ["bert", "elc_bert"])
+def test_checkpoint_without_backbone_weights_is_refused(kind, tmp_path):
+    """A fusion checkpoint that lacks backbone tensors is an error naming them, not a randomly initialised backbone;
+    a head missing from the checkpoint (a fusion model loaded for another task) still starts fresh, as usual."""
+    model = build(LayerFusionForTokenClassification, kind=kind, num_labels=4)
+    model.save_pretrained(tmp_path / "full")
+    model.save_pretrained(tmp_path / "partial")
+    dropped = drop_from_checkpoint(tmp_path / "partial", ("layer_fusion.backbone.embeddings.",))
+    assert len(dropped) >= 2
+    for loader in (AutoModelForTokenClassification, LayerFusionForTokenClassification):
+        with pytest.raises(ValueError, match="lacks backbone weights") as error:
+            loader.from_pretrained(tmp_path / "partial")
+        assert str(tmp_path / "partial") in str(error.value) and dropped[0] in str(error.value)
+    with pytest.raises(ValueError, match=r"backbone\.embeddings\."):  # the base model names them without the prefix
+        LayerFusionModel.from_pretrained(tmp_path / "partial")
+
+    # A complete checkpoint loads, also into another head (whose own weights start fresh).
+    loaded, info = LayerFusionForTokenClassification.from_pretrained(tmp_path / "full", output_loading_info=True)
+    assert not info["missing_keys"]
+    other, info = LayerFusionForMaskedLM.from_pretrained(tmp_path / "full", output_loading_info=True)
+    assert info["missing_keys"] and all(key.startswith("lm_head.") for key in info["missing_keys"])
+    assert torch.equal(
+        other.base_model.backbone.get_input_embeddings().weight, model.base_model.backbone.get_input_embeddings().weight
+    )

@@ -7,6 +7,8 @@ from pathlib import Path
 import datasets
 import pytest
 
+from elc_bert import runs
+from elc_bert.hub.export import find_model_dir
 from elc_bert.training.mlm import MlmConfig, mlm, wikitext_splits
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -35,6 +37,9 @@ def test_mlm_reports_perplexity_of_the_best_checkpoint(tmp_path, fusion):
     # The best-validation checkpoint is the one reported (same masks: the seed is reset before evaluating).
     assert metrics["validation_loss"] <= best + 0.5
     assert (tmp_path / "mlm" / "eval_loss.png").exists()
+    # The run records the model it publishes, the checkpoint `elc-bert export` picks, for the card's metrics.
+    published = find_model_dir(tmp_path / "mlm")
+    assert runs.recorded_models(tmp_path / "mlm") == {published.name: runs.fingerprint(published)}
 
 
 def test_missing_split_is_named(tmp_path):
@@ -57,3 +62,15 @@ def test_hub_dataset_name_is_loaded_through_datasets(monkeypatch):
     splits = wikitext_splits("Salesforce/wikitext", "wikitext-2-v1")
     assert calls == [("Salesforce/wikitext", "wikitext-2-v1")]
     assert splits == {"train": [" = Title = ", "a b"], "validation": ["c"], "test": ["d e"]}
+
+
+def test_mlm_into_a_pretraining_run_is_refused(tmp_path):
+    """An mlm run pointed at a pretraining run's folder is refused before any work (reading that run as the model is
+    fine; writing into it is not)."""
+    run = tmp_path / "pretrain-run"
+    run.mkdir()
+    (run / "pretrain_config.yaml").write_text("output_dir: pretrain-run\n")
+    config = MlmConfig(output_dir=str(run), model=str(run), data_dir=str(tmp_path / "wikitext2"))
+    with pytest.raises(ValueError, match=r"pretrain-run is the run folder of `elc-bert pretrain`.*`elc-bert mlm`"):
+        mlm(config)
+    assert [path.name for path in run.iterdir()] == ["pretrain_config.yaml"]

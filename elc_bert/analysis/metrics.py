@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..evaluation.scoring import DEFAULT_BATCH_TOKENS, language_model_kind, token_pseudo_log_likelihoods
 from .interventions import STRATEGIES, apply_layer_plan, layer_list, painters_plan, skip_plan
 
 
@@ -96,14 +97,6 @@ def representation_metrics(model, batches: list[dict]) -> dict:
     }
 
 
-def has_lm_head(model) -> bool:
-    return model.get_output_embeddings() is not None
-
-
-def _is_causal(model) -> bool:
-    return bool(getattr(model.config, "is_decoder", False)) or type(model).__name__.endswith("ForCausalLM")
-
-
 class TaskMetric:
     """The number a plan is judged by, lower is better, on fixed batches:
     - a masked LM: the masked-token loss with fixed masks (15% of the real non-special tokens, seeded; its exp is the
@@ -115,10 +108,11 @@ class TaskMetric:
     def __init__(self, model, tokenizer, batches: list[dict], seed: int = 0, mask_p: float = 0.15):
         self.model, self.batches = model, batches
         self.relative = True  # changes are reported in % of the unmodified model's value
-        if has_lm_head(model) and _is_causal(model):
+        self.kind = language_model_kind(model)
+        if self.kind == "causal":
             self.name = "next-token loss"
             self.labels = [b["input_ids"].masked_fill(b["attention_mask"] == 0, -100) for b in batches]
-        elif has_lm_head(model):
+        elif self.kind == "masked":
             self.name = "masked-token loss"
             generator = torch.Generator().manual_seed(seed)
             self.labels, self.inputs = [], []
@@ -155,7 +149,7 @@ class TaskMetric:
             if hasattr(self, "inputs"):
                 inputs["input_ids"] = self.inputs[i].to(self.model.device)
             labels = self.labels[i].to(self.model.device)
-            tokens = int((labels[:, 1:] if _is_causal(self.model) else labels).ne(-100).sum())
+            tokens = int((labels[:, 1:] if self.kind == "causal" else labels).ne(-100).sum())
             loss = self.model(**inputs, labels=labels).loss
             total, count = total + float(loss) * tokens, count + tokens
         return total / max(count, 1)
@@ -163,38 +157,32 @@ class TaskMetric:
 
 class PseudoPerplexity:
     """Masked-LM pseudo-perplexity (Salazar et al., 2020): every real non-special token i of every sentence is masked
-    once, alone, and PPPL = exp(-sum_i log p(w_i | w_{-i}) / #tokens). Exact but costs one forward per token, so
-    use it on a small sample; the masked-token loss of TaskMetric is the cheap alternative. Lower is better.
-    `chunk` masked copies (each 1 x T of one sentence) run per forward."""
+    once, alone, and PPPL = exp(-sum_i log p(w_i | w_{-i}) / #tokens), the sum being the sentences' pseudo-log-
+    likelihoods (`evaluation.scoring.token_pseudo_log_likelihoods`, BLiMP's scorer). Exact but costs one masked copy
+    per token, so use it on a small sample; the masked-token loss of TaskMetric is the cheap alternative. Lower is
+    better. `batch_tokens`: the token budget of one forward pass (masked copies x their length)."""
 
-    def __init__(self, model, tokenizer, batches: list[dict], chunk: int = 64):
-        if not has_lm_head(model) or _is_causal(model):
+    def __init__(self, model, tokenizer, batches: list[dict], batch_tokens: int = DEFAULT_BATCH_TOKENS):
+        if language_model_kind(model) != "masked":
             raise ValueError("pseudo-perplexity needs a masked LM (a model with an MLM head)")
-        self.model, self.chunk, self.mask_id = model, chunk, tokenizer.mask_token_id
+        if tokenizer.mask_token_id is None:
+            raise ValueError("pseudo-perplexity needs a tokenizer with a mask token")
+        self.model, self.batch_tokens = model, batch_tokens
+        self.mask_id, self.pad_id = tokenizer.mask_token_id, tokenizer.pad_token_id or 0
         self.name, self.relative = "pseudo-perplexity", True
-        self.sentences = []  # (ids T, attention T, positions P) per sentence, CPU
+        self.sequences, self.special = [], []  # each sentence's real token ids and their special-token mask
         for batch in batches:
             for ids, attention in zip(batch["input_ids"], batch["attention_mask"]):
-                special = torch.tensor(tokenizer.get_special_tokens_mask(ids.tolist(), already_has_special_tokens=True))
-                positions = torch.nonzero(attention.bool() & ~special.bool()).flatten()
-                if len(positions):
-                    self.sentences.append((ids, attention, positions))
+                real = ids[attention.bool()].tolist()
+                self.sequences.append(real)
+                self.special.append(tokenizer.get_special_tokens_mask(real, already_has_special_tokens=True))
+        self.tokens = sum(len(mask) - sum(mask) for mask in self.special)
 
-    @torch.inference_mode()
     def __call__(self) -> float:
-        device, total, count = self.model.device, 0.0, 0
-        for ids, attention, positions in self.sentences:
-            for start in range(0, len(positions), self.chunk):
-                rows = positions[start : start + self.chunk]
-                inputs = ids.repeat(len(rows), 1)
-                inputs[torch.arange(len(rows)), rows] = self.mask_id  # copy r masks position rows[r] only
-                batch = {"input_ids": inputs, "attention_mask": attention.repeat(len(rows), 1)}
-                logits = self.model(**_model_inputs(self.model, batch)).logits  # R x T x V
-                picked = logits[torch.arange(len(rows), device=device), rows.to(device)].float()  # R x V
-                log_probs = torch.log_softmax(picked, dim=-1)
-                total += float(log_probs.gather(1, ids[rows].to(device)[:, None]).sum())
-                count += len(rows)
-        return math.exp(-total / max(count, 1))
+        pll = token_pseudo_log_likelihoods(
+            self.model, self.sequences, self.special, self.mask_id, self.pad_id, self.batch_tokens, progress=False
+        )
+        return math.exp(-float(pll.sum()) / max(self.tokens, 1))
 
 
 class CustomMetric:

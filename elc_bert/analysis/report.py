@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from ..evaluation.scoring import load_model as load_language_model  # noqa: E402
 from .interventions import STRATEGIES  # noqa: E402
 from .metrics import (  # noqa: E402
     PseudoPerplexity,
@@ -23,23 +24,12 @@ from .metrics import (  # noqa: E402
 )
 
 
-def load_model(path: str):
-    """The model with its language-modelling head when its config names one (masked or causal), else the bare
-    model (e.g. the MiniLM sentence encoder); and its tokenizer. Imports elc_bert so that our Auto classes load."""
-    import transformers
-
-    import elc_bert  # noqa: F401
-
-    config = transformers.AutoConfig.from_pretrained(path)
-    architectures = config.architectures or []
-    if any(name.endswith("ForMaskedLM") for name in architectures):
-        auto = transformers.AutoModelForMaskedLM
-    elif any(name.endswith("ForCausalLM") for name in architectures):
-        auto = transformers.AutoModelForCausalLM
-    else:
-        auto = transformers.AutoModel
-    tokenizer_path = Path(path) / "tokenizer" if (Path(path) / "tokenizer" / "tokenizer.json").exists() else path
-    return auto.from_pretrained(path), transformers.AutoTokenizer.from_pretrained(tokenizer_path)
+def load_model(path: str, *, allow_unloaded_weights: bool = False):
+    """The model with the language-modelling head its config names (masked or causal), else the bare model (e.g. the
+    MiniLM sentence encoder); and its tokenizer. A checkpoint that does not fill the model raises a ValueError naming
+    the folder and the keys, unless `allow_unloaded_weights` (`evaluation.scoring.load_model`)."""
+    model, tokenizer, _ = load_language_model(path, allow_unloaded_weights=allow_unloaded_weights)
+    return model, tokenizer
 
 
 def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 5) -> list[str]:

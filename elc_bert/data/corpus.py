@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import Hasher
 
 from .pretraining import pack_sentences
-from .text import corpus_files, read_documents, read_lines
+from .text import corpus_files, file_documents, read_lines, read_text
 
 DOCUMENT_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
 SAMPLE_FEATURES = datasets.Features({"input_ids": datasets.List(datasets.Value("int32"))})
@@ -71,6 +72,10 @@ def document_dataset(
             cache_dir=None if cache_dir is None else str(cache_dir),
             fingerprint=key,
         )
+    except DatasetGenerationError as error:
+        if isinstance(error.__cause__, ValueError):  # a file that cannot be read: its own error names it
+            raise error.__cause__ from None
+        raise
     except ValueError as error:  # `datasets` refuses a split without rows: say which files those were
         raise ValueError(f"no text in {', '.join(map(str, files))}") from error
 
@@ -138,15 +143,9 @@ def _load_texts(source: DatasetSource, cache_dir=None, streaming: bool = False):
 
 
 def _documents_of_files(files: list[str]):
-    """Yields the documents of each file as rows; a file without text adds none (as in `read_documents`)."""
+    """Yields the documents of each file as rows; a file without text adds none."""
     for path in files:
-        try:
-            documents = read_documents([Path(path)])
-        except ValueError as error:  # "no text in <file>"; a decoding error is a ValueError too, and is raised
-            if isinstance(error, UnicodeError):
-                raise
-            continue
-        for document in documents:
+        for document in file_documents(path):
             yield {"sentences": document}
 
 
@@ -209,7 +208,7 @@ def _progress_bars(enabled: bool):
 _CODE = Hasher.hash(
     [
         function.__code__
-        for function in (read_lines, read_documents, _documents_of_files, _documents_of_texts, _pack_batch)
+        for function in (read_text, read_lines, file_documents, _documents_of_files, _documents_of_texts, _pack_batch)
     ]
     + [pack_sentences.__code__]
 )

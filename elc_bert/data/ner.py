@@ -1,14 +1,17 @@
 """Named-entity recognition data: CoNLL-03 (IOB1 and IOB2 files) and WikiAnn (Rahimi and XTREME PAN-X layouts).
 
 Everything lands in `datasets` objects whose `ner_tags` are a sequence of `ClassLabel`. Malformed input raises
-`NerDataError` naming the file and the line.
+`NerDataError` naming the file and the line; tags in the other scheme (IOB1 in a file read as IOB2, or the reverse) are
+converted to the scheme asked for, with a warning naming the file.
 """
 
-import gzip
+import logging
 from pathlib import Path
 
 import datasets
 import numpy as np
+
+from .text import numbered_lines
 
 CONLL03_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 WIKIANN_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
@@ -16,12 +19,32 @@ WIKIANN_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
 SCHEMES = {"conll03-iob1": "IOB1", "conll03-iob2": "IOB2", "wikiann": "IOB2"}
 
 
+logger = logging.getLogger(__name__)
+
+
 class NerDataError(ValueError):
     """Malformed NER data; the message names the file and the line."""
 
 
-def _open(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+def convert_scheme(tags: list[str], scheme: str) -> list[str]:
+    """The tags of one sentence in `scheme`: "IOB2", where every entity starts with B-, or "IOB1", where an entity
+    starts with I- unless it directly follows one of the same type (then B-). Tags already in `scheme` are kept; an
+    I- tag that does not continue an entity of its type starts one (as the conlleval rules read it)."""
+    if scheme not in ("IOB1", "IOB2"):
+        raise ValueError(f"scheme must be 'IOB1' or 'IOB2', got {scheme!r}")
+    converted, previous = [], "O"
+    for tag in tags:
+        prefix, _, kind = tag.partition("-")
+        if prefix in ("B", "I") and kind:
+            same = previous[2:] == kind  # the previous token is of this type (previous[2:] is "" after O)
+            starts = prefix == "B" or not same
+            if scheme == "IOB2":
+                tag = ("B-" if starts else "I-") + kind
+            else:
+                tag = ("B-" if starts and same else "I-") + kind
+        converted.append(tag)
+        previous = tag
+    return converted
 
 
 def _find(path: Path) -> Path:
@@ -32,42 +55,59 @@ def _find(path: Path) -> Path:
     raise NerDataError(f"{path}: missing split file (looked for {path.name} and {path.name}.gz)")
 
 
-def read_conll(path, *, tag_column: int = -1, label_names: list[str] | None = None, token_prefix: str = ""):
-    """One CoNLL-style file: a token per line in whitespace-separated columns, blank lines between sentences,
-    `-DOCSTART-` lines skipped. `label_names` fixes the tag set and order (an unknown tag is an error); without it,
-    the tags seen, sorted with "O" first. A column of tags may be absent altogether (`tag_column=None`: tokens only).
-    `token_prefix` is stripped from tokens that start with it (WikiAnn's "en:")."""
+def read_conll(
+    path,
+    *,
+    tag_column: int | None = -1,
+    label_names: list[str] | None = None,
+    token_prefix: str = "",
+    scheme: str | None = None,
+):
+    """One CoNLL-style file (UTF-8, gzip when the name ends in .gz): a token per line in whitespace-separated columns,
+    blank lines between sentences, `-DOCSTART-` lines skipped. `label_names` fixes the tag set and order (an unknown
+    tag is an error); without it, the tags seen, sorted with "O" first. A column of tags may be absent altogether
+    (`tag_column=None`: tokens only). `token_prefix` is stripped from tokens that start with it (WikiAnn's "en:").
+    `scheme` ("IOB1" or "IOB2") is the tag scheme to return: tags in the other one are converted (`convert_scheme`)
+    with a warning that names the file. A file that cannot be read raises NerDataError naming the file and line."""
     path = Path(path)
-    sentences, tags, current_tokens, current_tags = [], [], [], []
+    sentences, tags, lines, current_tokens, current_tags, current_lines = [], [], [], [], [], []
     columns = None
-    with _open(path) as handle:
-        for number, line in enumerate(handle, start=1):
-            fields = line.split()
-            if not fields:
-                if current_tokens:
-                    sentences.append(current_tokens)
-                    tags.append(current_tags)
-                    current_tokens, current_tags = [], []
-                continue
-            if fields[0] == "-DOCSTART-":
-                continue
-            columns = columns or len(fields)
-            if len(fields) != columns:
-                raise NerDataError(f"{path}, line {number}: {len(fields)} columns, expected {columns}")
-            token = fields[0]
-            if token_prefix and token.startswith(token_prefix):
-                token = token[len(token_prefix) :]
-            current_tokens.append(token)
-            if tag_column is not None:
-                tag = fields[tag_column]
-                if label_names is not None and tag not in label_names:
-                    raise NerDataError(f"{path}, line {number}: unknown tag {tag!r} (known: {label_names})")
-                current_tags.append(tag)
+    try:
+        numbered = numbered_lines(path)
+    except ValueError as error:  # not UTF-8, truncated or corrupt gzip data
+        raise NerDataError(str(error)) from None
+    for number, line in numbered:
+        fields = line.split()
+        if not fields:
+            if current_tokens:
+                sentences.append(current_tokens)
+                tags.append(current_tags)
+                lines.append(current_lines)
+                current_tokens, current_tags, current_lines = [], [], []
+            continue
+        if fields[0] == "-DOCSTART-":
+            continue
+        columns = columns or len(fields)
+        if len(fields) != columns:
+            raise NerDataError(f"{path}, line {number}: {len(fields)} columns, expected {columns}")
+        token = fields[0]
+        if token_prefix and token.startswith(token_prefix):
+            token = token[len(token_prefix) :]
+        current_tokens.append(token)
+        current_lines.append(number)
+        if tag_column is not None:
+            tag = fields[tag_column]
+            if label_names is not None and tag not in label_names:
+                raise NerDataError(f"{path}, line {number}: unknown tag {tag!r} (known: {label_names})")
+            current_tags.append(tag)
     if current_tokens:
         sentences.append(current_tokens)
         tags.append(current_tags)
+        lines.append(current_lines)
     if not sentences:
         raise NerDataError(f"{path}: no sentences (empty file)")
+    if tag_column is not None and scheme is not None:
+        tags = _in_scheme(path, tags, lines, scheme)
     data = {"id": [str(i) for i in range(len(sentences))], "tokens": sentences}
     features = {"id": datasets.Value("string"), "tokens": datasets.Sequence(datasets.Value("string"))}
     if tag_column is not None:
@@ -75,9 +115,35 @@ def read_conll(path, *, tag_column: int = -1, label_names: list[str] | None = No
             seen = {tag for sentence in tags for tag in sentence}
             label_names = ["O"] + sorted(seen - {"O"})
         index = {name: i for i, name in enumerate(label_names)}
+        unknown = {tag for sentence in tags for tag in sentence} - index.keys()
+        if unknown:  # a converted tag outside a fixed tag set
+            raise NerDataError(f"{path}: tags {sorted(unknown)} (in {scheme}) are not among {label_names}")
         data["ner_tags"] = [[index[tag] for tag in sentence] for sentence in tags]
         features["ner_tags"] = datasets.Sequence(datasets.ClassLabel(names=label_names))
     return datasets.Dataset.from_dict(data, features=datasets.Features(features))
+
+
+def _in_scheme(path: Path, tags: list[list[str]], lines: list[list[int]], scheme: str) -> list[list[str]]:
+    """The sentences' tags in `scheme`, with a warning naming the file (and the first line changed) when some were
+    in the other scheme."""
+    converted = [convert_scheme(sentence, scheme) for sentence in tags]
+    changed = [
+        line
+        for before, after, numbers in zip(tags, converted, lines)
+        for old, new, line in zip(before, after, numbers)
+        if old != new
+    ]
+    if changed:
+        start = "I- (IOB1 tags)" if scheme == "IOB2" else "B- after O or another type (IOB2 tags)"
+        logger.warning(
+            "%s: %d entities start with %s, the first at line %d; converted to %s, the scheme the file is read in",
+            path,
+            len(changed),
+            start,
+            changed[0],
+            scheme,
+        )
+    return converted
 
 
 def load_conll03(data_dir, *, scheme: str = "iob2") -> datasets.DatasetDict:
@@ -94,7 +160,9 @@ def load_conll03(data_dir, *, scheme: str = "iob2") -> datasets.DatasetDict:
     folder, *files = names[scheme]
     return datasets.DatasetDict(
         {
-            split: read_conll(_find(data_dir / folder / name), label_names=CONLL03_LABELS)
+            split: read_conll(
+                _find(data_dir / folder / name), label_names=CONLL03_LABELS, scheme=SCHEMES[f"conll03-{scheme}"]
+            )
             for split, name in zip(("train", "validation", "test"), files)
         }
     )
@@ -121,6 +189,7 @@ def load_wikiann(data_dir, language: str, *, layout: str = "rahimi") -> datasets
             tag_column=None if unlabelled else -1,
             label_names=None if unlabelled else WIKIANN_LABELS,
             token_prefix=prefix,
+            scheme=SCHEMES["wikiann"],
         )
     return datasets.DatasetDict(splits)
 
@@ -147,23 +216,31 @@ def few_shot_sample(dataset: datasets.Dataset, n_per_class: int, num_classes: in
     return dataset.select(sorted(indices.tolist()))
 
 
-def tokenize_and_align_labels(examples, tokenizer, max_length: int | None = None, label_all_tokens: bool = False):
-    """Batched `Dataset.map` function: tokenizes pre-split words and labels the first sub-token of each word with
-    the word's tag, every other sub-token and special token with -100."""
+def tokenize_and_align_labels(
+    examples, tokenizer, max_length: int | None = None, label_all_tokens: bool = False, word_index: bool = False
+):
+    """Batched `Dataset.map` function: tokenizes pre-split words (cut at `max_length` tokens) and labels the first
+    sub-token of each word with the word's tag, every other sub-token and special token with -100. With
+    `word_index`, also a column "word_index": the word of each labelled sub-token, in order (to score whole
+    sentences, the words past the cut included)."""
     encoded = tokenizer(
         examples["tokens"], is_split_into_words=True, truncation=max_length is not None, max_length=max_length
     )
     if "ner_tags" not in examples:
         return encoded
-    labels = []
+    labels, indices = [], []
     for row, tags in enumerate(examples["ner_tags"]):
-        previous, row_labels = None, []
+        previous, row_labels, row_words = None, [], []
         for word in encoded.word_ids(row):
             if word is None or (word == previous and not label_all_tokens):
                 row_labels.append(-100)
             else:
                 row_labels.append(tags[word])
+                row_words.append(word)
             previous = word
         labels.append(row_labels)
+        indices.append(row_words)
     encoded["labels"] = labels
+    if word_index:
+        encoded["word_index"] = indices
     return encoded

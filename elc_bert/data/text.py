@@ -1,15 +1,53 @@
 """Plain-text corpora for pretraining: BabyLM-style folders and single text files (plain or .gz)."""
 
 import gzip
+import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a text file (gzip when the name ends in .gz), without line ends."""
+def read_text(path: str | Path) -> str:
+    """The text of a UTF-8 file (gzip when the name ends in .gz), without a byte-order mark at its start. Bytes that
+    are not UTF-8, and gzip data that is truncated or corrupt, raise ValueError naming the file and the line; a
+    missing file, FileNotFoundError."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return handle.read().splitlines()
+    compressed = path.name.endswith(".gz")
+    data = bytearray()
+    with (gzip.open if compressed else open)(path, "rb") as handle:
+        try:  # in blocks, so that an error can say how far the file was read
+            while block := handle.read(1 << 16):
+                data += block
+        except (EOFError, OSError, zlib.error) as error:
+            # Truncated: the lines before were read correctly. A bad header or checksum: the damage can be anywhere.
+            what = "truncated gzip data" if isinstance(error, EOFError) else "corrupt gzip data"
+            what = what if compressed else "read error"
+            line = data.count(b"\n") + 1  # the first line not read (to within a block)
+            raise ValueError(f"{path}, line {line}: cannot be read ({what}: {error})") from None
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as error:
+        line_start = data.rfind(b"\n", 0, error.start) + 1
+        line = data.count(b"\n", 0, error.start) + 1
+        hint = ": it is gzip data, name it .gz" if data.startswith(b"\x1f\x8b") and not compressed else ""
+        raise ValueError(
+            f"{path}, line {line}: not UTF-8 text (byte {data[error.start]:#04x} at column "
+            f"{error.start - line_start + 1}){hint}"
+        ) from None
+
+
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its line end) for each line of `read_text(path)`, read at once; only a line feed
+    (or carriage return + line feed) ends a line."""
+    lines = read_text(path).split("\n")
+    if lines[-1] == "":  # the end of the last line, or an empty file
+        lines.pop()
+    return ((number, line.removesuffix("\r")) for number, line in enumerate(lines, 1))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """The lines of a text file (gzip when the name ends in .gz), without line ends, as `str.splitlines` splits
+    them; errors as in `read_text`."""
+    return read_text(path).splitlines()
 
 
 def corpus_files(source: str | Path, split: str = "train") -> list[Path]:
@@ -26,20 +64,24 @@ def corpus_files(source: str | Path, split: str = "train") -> list[Path]:
     return files
 
 
+def file_documents(path: str | Path) -> Iterator[list[str]]:
+    """The documents of one file, as lists of non-empty stripped lines: a blank line ends a document, and so does the
+    end of the file. A file without text yields none."""
+    current = []
+    for line in read_lines(path):
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            yield current
+            current = []
+    if current:
+        yield current
+
+
 def read_documents(paths: list[Path]) -> list[list[str]]:
-    """Documents as lists of non-empty lines: a blank line ends a document, and so does the end of a file."""
-    documents = []
-    for path in paths:
-        current = []
-        for line in read_lines(path):
-            line = line.strip()
-            if line:
-                current.append(line)
-            elif current:
-                documents.append(current)
-                current = []
-        if current:
-            documents.append(current)
+    """The documents of the files in turn (`file_documents`); no text in any of them is an error."""
+    documents = [document for path in paths for document in file_documents(path)]
     if not documents:
         raise ValueError(f"no text in {', '.join(map(str, paths))}")
     return documents

@@ -1,5 +1,22 @@
-"""Zero-shot evaluation of trained models (BLiMP-style minimal pairs)."""
+"""Zero-shot evaluation of trained models (BLiMP-style minimal pairs) and the sentence scores it rests on."""
 
-from .blimp import causal_log_likelihoods, evaluate_blimp, load_minimal_pairs, pseudo_log_likelihoods
+from .blimp import evaluate_blimp, load_minimal_pairs
+from .scoring import (
+    causal_log_likelihoods,
+    is_causal_lm,
+    language_model_kind,
+    load_model,
+    pseudo_log_likelihoods,
+    token_pseudo_log_likelihoods,
+)
 
-__all__ = ["causal_log_likelihoods", "evaluate_blimp", "load_minimal_pairs", "pseudo_log_likelihoods"]
+__all__ = [
+    "causal_log_likelihoods",
+    "evaluate_blimp",
+    "is_causal_lm",
+    "language_model_kind",
+    "load_model",
+    "load_minimal_pairs",
+    "pseudo_log_likelihoods",
+    "token_pseudo_log_likelihoods",
+]

@@ -1,32 +1,22 @@
 """BLiMP-style minimal pairs, zero-shot: a pair is right when the model scores the good sentence above the bad one.
 
-Masked LMs are scored by pseudo-log-likelihood (Salazar et al., 2020; the ELC-BERT / BabyLM protocol):
-
-    PLL(w_1..w_n) = sum_t log p(w_t | w_1..w_{t-1} [MASK] w_{t+1}..w_n)
-
-every non-special token masked in turn, summed, no length normalisation; [CLS]/[SEP] (whatever the tokenizer adds)
-are present in the input but never scored. Causal LMs are scored by their log-likelihood, sum_t log p(w_t | w_<t),
-the first token conditioned on the tokenizer's BOS token when it has one (otherwise the first token is context only).
-
-Speed: every masked copy of every (unique) sentence of a set becomes one row of a flat list; rows are sorted by
-length and cut into batches under a token budget (rows x padded length), so one forward pass scores hundreds of
-masked copies of many sentences at once and padding is rare. Data: the original BLiMP folder (one `<paradigm>.jsonl`
-per set) or the BabyLM 2024 `blimp_filtered/` / `supplement_filtered/` folders, gzip or not, or a single file.
+Masked LMs are scored by pseudo-log-likelihood, causal LMs by their log-likelihood (`scoring.py`). Data: the original
+BLiMP folder (one `<paradigm>.jsonl` per set) or the BabyLM 2024 `blimp_filtered/` / `supplement_filtered/` folders,
+gzip or not, or a single file.
 """
 
 import hashlib
 import json
 import math
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ..data.jsonl import read_jsonl
+from .scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, load_model, pseudo_log_likelihoods
 
-DEFAULT_BATCH_TOKENS = 4096
 SUFFIXES = (".jsonl.gz", ".jsonl")
 CHANCE = 0.5
 # BLiMP spells one field two ways (principle_A_c_command.jsonl says "syntax/semantics", the other binding, control /
@@ -77,224 +67,6 @@ def load_minimal_pairs(data: str | Path) -> dict[str, list[dict]]:
     if not sets:
         raise FileNotFoundError(f"{data}: no .jsonl or .jsonl.gz files in this folder")
     return sets
-
-
-# ----------------------------------------------------------------------------------------------------- scoring
-def is_causal_lm(model) -> bool:
-    """Whether `model` is a decoder (left-to-right LM) rather than a masked LM: by its class as the Auto mappings list
-    it, else by `config.is_decoder`."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    def class_names(mapping):
-        names = set()
-        for value in mapping.values():
-            names.update(value if isinstance(value, (list, tuple)) else [value])
-        return names
-
-    name = type(model).__name__
-    if name in class_names(MODEL_FOR_MASKED_LM_MAPPING_NAMES):
-        return False
-    if name in class_names(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) or name.endswith("ForCausalLM"):
-        return True
-    return bool(getattr(getattr(model, "config", None), "is_decoder", False))
-
-
-def _device_of(model) -> torch.device:
-    parameter = next(model.parameters(), None)
-    return parameter.device if parameter is not None else torch.device("cpu")
-
-
-def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """N x T_max int64 ids padded with pad_id, and the N lengths."""
-    lengths = torch.tensor([len(sequence) for sequence in sequences], dtype=torch.long)
-    ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-    return ids, lengths
-
-
-def _budget_batches(row_lengths: torch.Tensor, batch_tokens: int) -> list[tuple[int, int]]:
-    """[start, end) slices over rows sorted by length, longest first: each batch holds as many rows as fit in
-    batch_tokens at the length of its first (longest) row, at least one."""
-    slices, start, total = [], 0, len(row_lengths)
-    while start < total:
-        size = max(1, batch_tokens // max(1, int(row_lengths[start])))
-        slices.append((start, min(total, start + size)))
-        start += size
-    return slices
-
-
-def _restricts_logits(model) -> bool:
-    """Our masked LMs run their head only on labelled positions when given labels (N x V logits): one position per
-    masked copy, so the vocabulary projection costs 1/T of the full B x T x V one."""
-    return type(model).__module__.startswith("elc_bert.")
-
-
-class _MaskedPositionsOnly:
-    """For other masked LMs: a forward pre-hook on the output projection (`get_output_embeddings()`, a Linear) keeps
-    each row's masked position only, so the vocabulary projection runs on B x 1 x H instead of B x T x H (with a 30k
-    vocabulary it would otherwise cost as much as the encoder) and the logits are B x 1 x V. `fired` tells whether
-    the hook ran on the last call; when it did not (no such Linear), the full B x T x V logits come back."""
-
-    def __init__(self, model):
-        get_output, get_input = (
-            getattr(model, "get_output_embeddings", None),
-            getattr(model, "get_input_embeddings", None),
-        )
-        projection = get_output() if callable(get_output) else None
-        embeddings = get_input() if callable(get_input) else None
-        self.module = projection if isinstance(projection, torch.nn.Linear) and projection is not embeddings else None
-        self.rows = self.positions = self.shape = None
-        self.fired = False
-
-    def select(self, rows: torch.Tensor, positions: torch.Tensor, shape: tuple[int, int]):
-        self.rows, self.positions, self.shape, self.fired = rows, positions, shape, False
-
-    def _hook(self, module, args):
-        hidden = args[0]
-        if self.rows is None or hidden.dim() != 3 or tuple(hidden.shape[:2]) != self.shape:
-            return None
-        self.fired = True
-        return (hidden[self.rows, self.positions][:, None, :], *args[1:])
-
-    def __enter__(self):
-        self.handle = self.module.register_forward_pre_hook(self._hook) if self.module is not None else None
-        return self
-
-    def __exit__(self, *exc):
-        if self.handle is not None:
-            self.handle.remove()
-
-
-def _logits(output) -> torch.Tensor:
-    return output.logits if hasattr(output, "logits") else output[0]
-
-
-class _EvalMode:
-    """Dropout off while scoring; the model's train/eval mode is restored afterwards."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.was_training = self.model.training
-        self.model.eval()
-
-    def __exit__(self, *exc):
-        self.model.train(self.was_training)
-
-
-@torch.inference_mode()
-def pseudo_log_likelihoods(
-    model,
-    tokenizer,
-    sentences: Sequence[str],
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
-    progress: bool = True,
-) -> list[float]:
-    """PLL of each sentence under a masked LM (sum over non-special tokens of log p(true token | sentence with that
-    token masked)), in nats, one float per input sentence. Duplicate sentences are scored once.
-
-    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V; our own masked LMs get `labels` too
-    and return N x V logits for the masked positions only, and for others a hook on the output projection does the
-    same (`_MaskedPositionsOnly`). Runs on the model's device; log-softmax in float32."""
-    if tokenizer.mask_token_id is None:
-        raise ValueError("pseudo-log-likelihood needs a tokenizer with a mask token (use the causal path for decoders)")
-    unique = list(dict.fromkeys(sentences))
-    if not unique:
-        return []
-    encoded = tokenizer(unique, add_special_tokens=True, return_special_tokens_mask=True)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    all_ids, lengths = _padded(encoded["input_ids"], pad_id)
-    special, _ = _padded(encoded["special_tokens_mask"], 1)
-    # One row per (sentence, scored position): the masked copies of every sentence, flat.
-    row_sentence, row_position = torch.nonzero(special == 0, as_tuple=True)
-    order = torch.sort(lengths[row_sentence], descending=True, stable=True).indices
-    row_sentence, row_position = row_sentence[order], row_position[order]
-    row_lengths = lengths[row_sentence]
-
-    device = _device_of(model)
-    restrict = _restricts_logits(model)
-    totals = torch.zeros(len(unique), dtype=torch.float64)
-    head = _MaskedPositionsOnly(None if restrict else model)
-    bar = tqdm(total=len(row_sentence), desc="PLL", unit="copy", disable=not progress)
-    with _EvalMode(model), head, bar:
-        for start, end in _budget_batches(row_lengths, batch_tokens):
-            sentence, position = row_sentence[start:end], row_position[start:end]
-            length = int(row_lengths[start])
-            input_ids = all_ids[sentence, :length].clone()
-            rows = torch.arange(len(sentence))
-            targets = input_ids[rows, position].clone()
-            input_ids[rows, position] = tokenizer.mask_token_id
-            attention_mask = (torch.arange(length)[None, :] < row_lengths[start:end, None]).long()
-            inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
-            if restrict:
-                labels = torch.full_like(input_ids, -100)
-                labels[rows, position] = targets
-                inputs["labels"] = labels.to(device)
-            else:
-                head.select(rows.to(device), position.to(device), tuple(input_ids.shape))
-            logits = _logits(model(**inputs))
-            if head.fired:  # B x 1 x V
-                logits = logits[:, 0]
-            elif logits.dim() == 3:  # B x T x V: keep each row's masked position
-                logits = logits[rows.to(device), position.to(device)]
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
-            scores = log_probs.gather(1, targets.to(device)[:, None]).squeeze(1)
-            totals.index_add_(0, sentence, scores.to("cpu", torch.float64))
-            bar.update(end - start)
-    by_sentence = dict(zip(unique, totals.tolist()))
-    return [by_sentence[sentence] for sentence in sentences]
-
-
-@torch.inference_mode()
-def causal_log_likelihoods(
-    model,
-    tokenizer,
-    sentences: Sequence[str],
-    batch_tokens: int = DEFAULT_BATCH_TOKENS,
-    progress: bool = True,
-) -> list[float]:
-    """Log-likelihood sum_t log p(w_t | BOS, w_<t) of each sentence under a causal LM, in nats, one float per input
-    sentence. Without a BOS token in the tokenizer the first token is context only (it cannot be predicted).
-
-    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V (right padding, so positions of real
-    tokens are unaffected by it)."""
-    unique = list(dict.fromkeys(sentences))
-    if not unique:
-        return []
-    bos = tokenizer.bos_token_id
-    encoded = tokenizer(unique, add_special_tokens=False)["input_ids"]
-    sequences = [([bos] if bos is not None else []) + ids for ids in encoded]
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    all_ids, lengths = _padded(sequences, pad_id)
-    order = torch.sort(lengths, descending=True, stable=True).indices
-
-    device = _device_of(model)
-    totals = torch.zeros(len(unique), dtype=torch.float64)
-    with _EvalMode(model), tqdm(total=len(unique), desc="log-likelihood", unit="sent", disable=not progress) as bar:
-        for start, end in _budget_batches(lengths[order], batch_tokens):
-            sentence = order[start:end]
-            batch_lengths = lengths[sentence]
-            length = int(batch_lengths[0])
-            if length < 2:  # nothing to predict in any row of this batch (sorted longest first)
-                bar.update(end - start)
-                continue
-            input_ids = all_ids[sentence, :length]
-            attention_mask = (torch.arange(length)[None, :] < batch_lengths[:, None]).long()
-            logits = _logits(model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))
-            logits = logits[:, :-1]  # position t predicts token t + 1
-            targets = input_ids[:, 1:].to(device)
-            # log p = logit of the target - logsumexp; no B x T x V float32 log-softmax kept around.
-            scores = logits.gather(-1, targets[..., None]).squeeze(-1).float() - torch.logsumexp(logits.float(), -1)
-            scored = attention_mask[:, 1:].to(device).bool()
-            totals[sentence] = (scores * scored).sum(-1).to("cpu", torch.float64)
-            bar.update(end - start)
-    by_sentence = dict(zip(unique, totals.tolist()))
-    return [by_sentence[sentence] for sentence in sentences]
 
 
 # ------------------------------------------------------------------------------------------------------ report
@@ -534,36 +306,20 @@ def evaluate_blimp(
 
 
 # --------------------------------------------------------------------------------------------------------- CLI
-def load_model_and_tokenizer(model_name: str, causal: bool = False, device: str | None = None):
-    """(model in eval mode on `device`, tokenizer, causal) for a local folder or a Hub name. The tokenizer is read from
-    the folder itself, else from its `tokenizer/` subfolder (a pretrain run keeps one there). Without `causal`, the
-    config decides: a decoder (`is_decoder`, or a causal-LM architecture) loads as AutoModelForCausalLM."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
-
-    from .. import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
-
-    config = AutoConfig.from_pretrained(model_name)
-    architectures = getattr(config, "architectures", None) or []
-    if not causal:
-        causal = bool(getattr(config, "is_decoder", False)) or any(
-            name.endswith(("ForCausalLM", "LMHeadModel")) for name in architectures
-        )
-    model_class = AutoModelForCausalLM if causal else AutoModelForMaskedLM
-    model = model_class.from_pretrained(model_name)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_name)
-    except (OSError, ValueError):
-        if not (Path(model_name) / "tokenizer").is_dir():
-            raise
-        tokenizer = AutoTokenizer.from_pretrained(Path(model_name) / "tokenizer")
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device).eval(), tokenizer, causal
-
-
 def eval_blimp_cli(args) -> dict:
-    """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line."""
-    model, tokenizer, causal = load_model_and_tokenizer(args.model, args.causal, args.device)
+    """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line. The model
+    loads as the causal LM its config names (or with --causal), else as a masked LM; weights that did not load are
+    refused unless --allow-unloaded-weights (`scoring.load_model`). The data is read first, so that a malformed file
+    is reported before the model loads."""
     data = Path(args.data)
+    load_minimal_pairs(data)
+    model, tokenizer, kind = load_model(
+        args.model,
+        "causal" if args.causal else None,
+        lm_head=True,
+        allow_unloaded_weights=args.allow_unloaded_weights,
+    )
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     name = args.name or (_set_name(data) or data.stem if data.is_file() else data.name)
     if args.out:
         out_dir = Path(args.out)
@@ -573,7 +329,14 @@ def eval_blimp_cli(args) -> dict:
         out_dir = Path("outputs") / "eval-blimp" / args.model.replace("/", "__")
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     results = evaluate_blimp(
-        model, tokenizer, data, out_dir, name=name, max_pairs_per_set=args.max_pairs_per_set, causal=causal, **options
+        model,
+        tokenizer,
+        data,
+        out_dir,
+        name=name,
+        max_pairs_per_set=args.max_pairs_per_set,
+        causal=kind == "causal",
+        **options,
     )
     print(
         f"{name}: {100 * results['overall']:.1f}% (mean over {results['num_sets']} sets, {results['total']} pairs, "

@@ -23,6 +23,8 @@ import json
 import math
 from pathlib import Path
 
+from .. import runs
+
 WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
 GLUE_ENTRIES = ["cola", "sst2", "mrpc", "qqp", "mnli", "mnli-mm", "qnli", "rte", "boolq", "multirc", "wsc"]
 COLUMNS = ["blimp", "supplement", "glue", "msgs"]
@@ -84,7 +86,7 @@ def read_glue(run_dir: Path) -> dict[str, float | None]:
     """{entry: score in %, or None} for the 11 BabyLM entries, from RUN_DIR/glue/<entry>/result.json."""
     scores = {}
     for entry in GLUE_ENTRIES:
-        path = run_dir / "glue" / entry / "result.json"
+        path = runs.glue_dir(run_dir) / entry / runs.RESULT
         if not path.is_file():
             scores[entry] = None
             continue

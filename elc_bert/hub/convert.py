@@ -1,9 +1,10 @@
 """`elc-bert convert REFERENCE_DIR OUT_DIR`: a published reference checkpoint (`model_type: "ltgbert"`) in this
 package's format (`model_type: "elc_bert"`, our key names, safetensors), written only after its outputs are checked.
 
-The package's classes already read reference folders (see `ElcBertPreTrainedModel.from_pretrained`); converting
-spares that translation on every load and gives a folder that `elc-bert export` takes. Before anything is written,
-the converted model's outputs on a fixed probe batch must match
+The package's classes already read reference folders, through `from_pretrained` itself (the config reader and the
+checkpoint conversion mapping of `elc_bert/models/reference_checkpoints.py`); converting loads the folder that same
+way, spares that translation on every later load and gives a folder that `elc-bert export` takes. Before anything is
+written, the converted model's outputs on a fixed probe batch must match
 - the reference's own modeling code, when the folder ships it (its `auto_map` file; it is run as
   `trust_remote_code=True` would run it), and
 - the converted folder read back from disk (a round trip through a temporary folder next to OUT_DIR).
@@ -92,7 +93,7 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
     if not config_file.is_file():
         raise FileNotFoundError(f"{source} has no config.json")
     config = json.loads(config_file.read_text(encoding="utf-8"))
-    if config.get("model_type") != "ltgbert":
+    if config.get("model_type") != models.LtgBertConfig.model_type:
         raise ValueError(f"{config_file}: model_type is {config.get('model_type')!r}, not 'ltgbert'")
     check_out_dir(source, out_dir, overwrite)
     architecture = (config.get("architectures") or ["LtgBertForMaskedLM"])[0]

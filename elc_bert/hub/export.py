@@ -2,18 +2,20 @@
 
 The folder holds `config.json` with an `auto_map`, the remote code generated from the package's own source
 (`remote_code.py`), the weights as `model.safetensors`, the tokenizer and a model card (README.md, `model_card.py`).
-Users who `pip install elc_bert` load it through the Auto classes after `import elc_bert` (the package's classes win
-over the remote code then); users who only have `transformers` load it with `trust_remote_code=True`.
+Users who install the `elc_bert` package (from its repository: it is not on PyPI) load it through the Auto classes
+after `import elc_bert` (the package's classes win over the remote code then); users who only have `transformers` load
+it with `trust_remote_code=True`. The card carries a run's metrics only when that run saved these very weights (the
+fingerprints it records, `elc_bert.runs`).
 """
 
 import contextlib
 import importlib
 import json
-import re
 import shutil
 import tempfile
 from pathlib import Path
 
+from elc_bert import runs
 from elc_bert.models import _AUTO_CLASSES
 
 from .remote_code import flat_name, remote_code_files
@@ -25,16 +27,11 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
-RUN_FILES = ("metrics.json", "results.json", "pretrain_config.yaml", "finetune_ner_config.yaml", "mlm_config.yaml")
+RUN_FILES = (runs.METRICS, runs.RESULTS, *runs.JOB_CONFIGS.values())
 
 
 def has_model(folder: Path) -> bool:
     return (folder / "config.json").is_file() and any((folder / name).is_file() for name in WEIGHT_FILES)
-
-
-def _checkpoint_step(path: Path) -> int:
-    match = re.fullmatch(r"checkpoint-(\d+)", path.name)
-    return int(match.group(1)) if match else -1
 
 
 def find_model_dir(source: Path) -> Path:
@@ -43,12 +40,12 @@ def find_model_dir(source: Path) -> Path:
     `trainer_state.json` names it (`elc-bert mlm` keeps the best-validation one), else its last checkpoint."""
     if has_model(source):
         return source
-    checkpoints = sorted((p for p in source.glob("checkpoint-*") if has_model(p)), key=_checkpoint_step)
+    checkpoints = [p for p in runs.checkpoints(source) if has_model(p)]
     if not checkpoints:
         raise FileNotFoundError(
             f"{source}: no model here (config.json with {' or '.join(WEIGHT_FILES[::2])}) and no checkpoint-*/ "
-            "folder holding one. `elc-bert finetune-ner` keeps no trial models: export a saved model folder and "
-            "pass the run as --run-dir for its metrics."
+            "folder holding one. `elc-bert finetune-ner` keeps its trials' models in "
+            f"n<N>/trial<t>/{runs.MODEL}/: export one of those and pass the run as --run-dir for its metrics."
         )
     state_file = checkpoints[-1] / "trainer_state.json"
     if state_file.is_file():
@@ -158,7 +155,7 @@ def find_tokenizer(candidates: list[Path | str | None]) -> str:
             if isinstance(candidate, str):
                 return candidate
             continue
-        for folder in (Path(candidate), Path(candidate) / "tokenizer"):
+        for folder in (Path(candidate), Path(candidate) / runs.TOKENIZER):
             if any((folder / name).is_file() for name in TOKENIZER_FILES):
                 return str(folder)
     searched = [str(c) for c in candidates if c is not None]
@@ -169,11 +166,35 @@ def _run_start_model(run_dir: Path | None) -> str | None:
     """The `model` a fine-tuning run (mlm, finetune-ner) started from, as its resolved config names it."""
     import yaml
 
-    for name in ("mlm_config.yaml", "finetune_ner_config.yaml"):
-        if run_dir is not None and (run_dir / name).is_file():
-            value = (yaml.safe_load((run_dir / name).read_text(encoding="utf-8")) or {}).get("model")
+    for job in ("mlm", "finetune-ner"):
+        path = None if run_dir is None else runs.config_file(run_dir, job)
+        if path is not None and path.is_file():
+            value = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("model")
             return str(value) if value else None
     return None
+
+
+def model_of_run(run_dir: Path, model_dir: Path) -> str:
+    """Where (relative to `run_dir`) the run saved the model whose weights `model_dir` holds, by the fingerprints
+    the run recorded: a run's metrics go only onto the card of a model that run made. Raises ValueError naming both
+    folders when the run made another model, or recorded none (a run made by an older version)."""
+    recorded = runs.recorded_models(run_dir)
+    if recorded is None:
+        raise ValueError(
+            f"{run_dir} records no fingerprint of the models it saved (no {runs.MODEL_FINGERPRINTS}: a run made by an "
+            f"older elc_bert), so its metrics cannot be checked against the model in {model_dir}. To export the "
+            "model without metrics, copy its config.json and weights (and tokenizer files, or pass --tokenizer) into "
+            "a folder of their own and export that folder, leaving --run-dir out."
+        )
+    digest = runs.fingerprint(model_dir)
+    made = [folder for folder, recorded_digest in recorded.items() if recorded_digest == digest]
+    if not made:
+        raise ValueError(
+            f"the model in {model_dir} was not made by the run in {run_dir} (its weights' sha256 {digest[:16]}... is "
+            f"none of the run's models: {', '.join(sorted(recorded)) or 'none'}), so the run's metrics do not describe "
+            "it. Pass the run that made it as --run-dir, or leave --run-dir out for a card without metrics."
+        )
+    return made[-1]
 
 
 def check_out_dir(source: Path, out_dir: Path, overwrite: bool) -> None:
@@ -216,10 +237,10 @@ def export(
 ) -> Path:
     """Writes the Hub-ready folder of the model in `source` (a model folder or a run directory) to `out_dir`.
 
-    `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card; `tokenizer` is used
-    when neither the model folder nor the run holds one, else the model the run started from (its config's `model`,
-    e.g. an `elc-bert mlm` run), passed through `resolve_name` (the CLI's alias resolution) when given; `repo_id`
-    (USER/NAME) goes into the card's snippets.
+    `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card, and must be the run
+    that saved the model (`model_of_run`); `tokenizer` is used when neither the model folder nor the run holds one,
+    else the model the run started from (its config's `model`, e.g. an `elc-bert mlm` run), passed through
+    `resolve_name` (the CLI's alias resolution) when given; `repo_id` (USER/NAME) goes into the card's snippets.
     """
     source, out_dir = Path(source), Path(out_dir)
     if not source.is_dir():
@@ -229,14 +250,28 @@ def export(
         run_dir = source
     run_dir = Path(run_dir) if run_dir is not None else None
     check_out_dir(source, out_dir, overwrite)
+    run_model = None
     if run_dir is not None:
+        from .model_card import read_run
+
         check_out_dir(run_dir, out_dir, overwrite)
+        read_run(run_dir)  # a run the card can read
+        run_model = model_of_run(run_dir, model_dir)
+    card = dict(
+        run_dir=run_dir,
+        run_model=run_model,
+        repo_id=repo_id,
+        license=license,
+        templates_dir=templates_dir,
+        source=model_dir,
+        name=out_dir.name,  # not the scratch folder's
+    )
     with written_in_place_of(out_dir) as scratch:
-        _write_export(source, model_dir, scratch, run_dir, tokenizer, repo_id, license, templates_dir, resolve_name)
+        _write_export(source, model_dir, scratch, run_dir, tokenizer, resolve_name, card)
     return out_dir
 
 
-def _write_export(source, model_dir, out_dir, run_dir, tokenizer, repo_id, license, templates_dir, resolve_name):
+def _write_export(source, model_dir, out_dir, run_dir, tokenizer, resolve_name, card: dict):
     from transformers import AutoTokenizer
 
     from .model_card import write_model_card
@@ -260,15 +295,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, repo_id, licen
         started_from = resolve_name(started_from)
     tokenizer_source = find_tokenizer([tokenizer, model_dir, source, run_dir, started_from])
     AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(out_dir)
-    write_model_card(
-        out_dir,
-        model,
-        run_dir=run_dir,
-        repo_id=repo_id,
-        license=license,
-        templates_dir=templates_dir,
-        source=model_dir,
-    )
+    write_model_card(out_dir, model, **card)
 
 
 __all__ = ["export", "find_model_dir", "write_remote_code", "auto_map", "check_out_dir", "written_in_place_of"]

@@ -1,13 +1,17 @@
 """The README.md (model card) of an exported folder, from the templates in `model_cards/` and a run directory.
 
 Only what the run measured is written: the metrics come from the run's own files (`metrics.json` of `elc-bert
-pretrain` and `elc-bert mlm`, `results.json` of `elc-bert finetune-ner`), nothing is derived or filled in. Without a
-run directory the card has no results and says so.
+pretrain` and `elc-bert mlm`, `results.json` of `elc-bert finetune-ner`), nothing is derived or filled in, and the data
+is named as the run's saved config names it (local files by their path, Hub datasets by their id). Without a run
+directory the card has no results and says so.
 """
 
 import json
 import shutil
 import statistics
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import metadata as package_metadata
 from pathlib import Path
 from string import Template
 
@@ -20,16 +24,12 @@ import transformers  # noqa: E402
 import yaml  # noqa: E402
 
 import elc_bert  # noqa: E402
+from elc_bert import runs  # noqa: E402
 from elc_bert.models import ElcBertModel, LayerFusionModel  # noqa: E402
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
-# Hub dataset ids of the corpora the jobs read, by the data folder's name (see ../shared/data/README.md).
-HUB_DATASETS = {
-    "wikitext2": ("Salesforce/wikitext", "WikiText-2", "wikitext-2-v1"),
-    "conll2003": ("eriktks/conll2003", "CoNLL-2003", None),
-    "wikiann": ("unimelb-nlp/wikiann", "WikiAnn", None),
-}
+NER_CORPORA = {"conll03": "CoNLL-2003", "wikiann": "WikiAnn"}  # finetune-ner's `dataset`
 BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
 PIPELINE_TAGS = {
@@ -96,34 +96,79 @@ def read_run(run_dir: Path | None) -> dict:
     if run_dir is None:
         return {"kind": None, "config": {}, "metrics": {}}
     run_dir = Path(run_dir)
-    for kind, config_name in (("pretrain", "pretrain_config.yaml"), ("mlm", "mlm_config.yaml")):
-        if (run_dir / config_name).is_file():
-            metrics_file = run_dir / "metrics.json"
+    kinds = ("pretrain", "mlm", "finetune-ner")
+    for kind in kinds:
+        if kind not in runs.jobs_of(run_dir):
+            continue
+        config = _read_yaml(runs.config_file(run_dir, kind))
+        if kind == "finetune-ner":
+            results_file = run_dir / runs.RESULTS
+            metrics = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
+        else:
+            metrics_file = run_dir / runs.METRICS
             metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
-            return {"kind": kind, "config": _read_yaml(run_dir / config_name), "metrics": metrics, "dir": run_dir}
-    if (run_dir / "finetune_ner_config.yaml").is_file():
-        results_file = run_dir / "results.json"
-        results = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
-        config = _read_yaml(run_dir / "finetune_ner_config.yaml")
-        return {"kind": "finetune-ner", "config": config, "metrics": results, "dir": run_dir}
-    raise FileNotFoundError(
-        f"{run_dir}: not a run directory (no pretrain_config.yaml, mlm_config.yaml or finetune_ner_config.yaml)"
-    )
+        return {"kind": kind, "config": config, "metrics": metrics, "dir": run_dir}
+    names = ", ".join(runs.JOB_CONFIGS[kind] for kind in kinds)
+    raise FileNotFoundError(f"{run_dir}: not a run directory (none of {names})")
 
 
-def _dataset(path: str) -> tuple[str, str, str | None]:
-    """(Hub type, name, config) of a data path such as `wikitext2/...` or `babylm/2023/dev`."""
-    top = Path(path).parts[0] if Path(path).parts else path
-    if top in HUB_DATASETS:
-        return HUB_DATASETS[top]
-    return path, path, None
+@dataclass(frozen=True)
+class Corpus:
+    """Data a run read, as its saved config names it: a Hub dataset (`path` its id, `config` its configuration) or
+    local files (`path` as the job was given it)."""
+
+    name: str  # what the data is, e.g. "CoNLL-2003"; its path when the config says no more
+    path: str
+    on_hub: bool = False
+    config: str | None = None
+
+    def __str__(self) -> str:
+        if self.on_hub:
+            return f"the Hub dataset `{self.path}`" + (f" ({self.config})" if self.config else "")
+        return f"local files `{self.path}`" if self.name == self.path else f"{self.name} from local files `{self.path}`"
 
 
-def _result(task: tuple[str, str], dataset: tuple[str, str, str | None], split: str, metrics: list) -> dict:
-    hub_type, name, config = dataset
-    entry = {"name": name, "type": hub_type, "split": split}
-    if config:
-        entry["config"] = config
+def _is_hub_name(path: str) -> bool:
+    """Whether a job read `path` as a Hub dataset name (as `datasets.load_dataset` and `elc-bert mlm` decide): not a
+    folder here, not an absolute or ./ path, at most one "/"."""
+    return not (Path(path).exists() or Path(path).is_absolute() or path.startswith(".") or path.count("/") > 1)
+
+
+def run_corpora(run: dict) -> tuple[list[Corpus], list[Corpus]]:
+    """(training data, evaluation data) of the run, from its saved config."""
+    kind, config = run["kind"], run["config"]
+    if kind == "pretrain":
+
+        def corpus(entry) -> Corpus:
+            if isinstance(entry, dict):
+                path = str(entry.get("path"))
+                return Corpus(path, path, _is_hub_name(path), entry.get("name"))
+            path = str(Path(config.get("data_dir", ".")) / entry)
+            return Corpus(path, path)
+
+        training = [corpus(entry) for entry in config.get("train_files", [])]
+        return training, [corpus(entry) for entry in config.get("validation_files", [])]
+    if kind == "mlm" and config.get("data_dir"):
+        path = str(config["data_dir"])
+        if _is_hub_name(path):
+            data = Corpus(path, path, on_hub=True, config=config.get("dataset_config"))
+        else:
+            data = Corpus("WikiText-2", path)  # the job's local files are WikiText-2's train/valid/test
+        return [data], [data]
+    if kind == "finetune-ner" and config.get("data_dir"):
+        dataset = config.get("dataset", "conll03")
+        name = NER_CORPORA.get(dataset, dataset)
+        if dataset == "wikiann":
+            name += f" ({config.get('language', 'en')})"
+        data = Corpus(name, str(config["data_dir"]))  # the job reads local files only
+        return [data], [data]
+    return [], []
+
+
+def _result(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -> dict:
+    entry = {"name": corpus.name, "type": corpus.path, "split": split}
+    if corpus.config:
+        entry["config"] = corpus.config
     return {
         "task": {"type": task[0], "name": task[1]},
         "dataset": entry,
@@ -134,15 +179,12 @@ def _result(task: tuple[str, str], dataset: tuple[str, str, str | None], split: 
 def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list[str]]:
     """The model-index results and the Markdown table rows of what the run measured (and nothing else)."""
     kind, config, metrics = run["kind"], run["config"], run["metrics"]
+    _, evaluation = run_corpora(run)
     results, rows = [], []
     if kind == "pretrain":
         if "eval_loss" in metrics:
-            validation = ", ".join(config.get("validation_files", [])) or "validation files"
-            dataset = (
-                _dataset(config["validation_files"][0])
-                if len(config.get("validation_files", [])) == 1
-                else (validation, validation, None)
-            )
+            validation = ", ".join(corpus.name for corpus in evaluation) or "validation files"
+            dataset = evaluation[0] if len(evaluation) == 1 else Corpus(validation, validation)
             results.append(
                 _result(
                     ("fill-mask", "Masked language modelling"),
@@ -155,7 +197,7 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list
         if "train_loss" in metrics:
             rows.append(f"| training MLM loss, mean over the run | {metrics['train_loss']:.4f} |")
     elif kind == "mlm":
-        dataset = HUB_DATASETS["wikitext2"]
+        dataset = evaluation[0] if evaluation else Corpus("WikiText-2", "WikiText-2")
         for split in ("validation", "test"):
             pairs = [
                 (metric, f"{split} MLM {metric}", metrics[f"{split}_{metric}"])
@@ -164,12 +206,9 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list
             ]
             if pairs:
                 results.append(_result(("fill-mask", "Masked language modelling"), dataset, split, pairs))
-                rows.extend(f"| WikiText-2 {label} | {value:.4f} |" for _, label, value in pairs)
+                rows.extend(f"| {dataset.name} {label} | {value:.4f} |" for _, label, value in pairs)
     elif kind == "finetune-ner":
-        data = config.get("dataset", "conll03")
-        dataset = HUB_DATASETS["conll2003" if data == "conll03" else "wikiann"]
-        if data == "wikiann":
-            dataset = (dataset[0], f"{dataset[1]} ({config.get('language', 'en')})", config.get("language", "en"))
+        dataset = evaluation[0] if evaluation else Corpus(config.get("dataset", "NER"), config.get("dataset", "NER"))
         unit = (
             "sentences per entity type"
             if config.get("shot_unit", "per_entity_type") == "per_entity_type"
@@ -190,14 +229,15 @@ def _stand_in_note(config: dict) -> str:
     """Says plainly whether the pretraining files were the BabyLM 2023 strict-small corpus or a stand-in."""
     files = config.get("train_files", [])
     data_dir = Path(config.get("data_dir", "."))
-    babylm = [f for f in files if Path(f).parts[:1] == ("babylm",)]
-    others = [f for f in files if f not in babylm]
+    babylm = [f for f in files if isinstance(f, str) and Path(f).parts[:1] == ("babylm",)]
+    training, _ = run_corpora({"kind": "pretrain", "config": config})
+    others = [corpus for f, corpus in zip(files, training) if f not in babylm]
     sources = []
     for entry in babylm:
         folder = data_dir / entry
         if not folder.exists():
             return (
-                f"The training files ({', '.join(files)} under `{data_dir}`) could not be found when this card was "
+                f"The training files ({', '.join(babylm)} under `{data_dir}`) could not be found when this card was "
                 "written, so the card cannot tell whether they were the full BabyLM 2023 corpus."
             )
         sources += sorted(p.name.split(".")[0] for p in folder.iterdir()) if folder.is_dir() else [folder.name]
@@ -206,16 +246,20 @@ def _stand_in_note(config: dict) -> str:
     parts = []
     if babylm:
         parts.append(f"{len(sources)} of the {BABYLM_SOURCES} BabyLM 2023 strict-small sources ({', '.join(sources)})")
-    parts += [f"`{f}`" for f in others]
+    parts += [str(corpus) for corpus in others]
     return (
         "**Stand-in corpus, not BabyLM.** This model was not trained on the BabyLM 2023 strict-small corpus that "
-        f"ELC-BERT was designed for, but on a local stand-in: {' plus '.join(parts)}. Its numbers are not comparable "
+        f"ELC-BERT was designed for, but on a stand-in: {' plus '.join(parts)}. Its numbers are not comparable "
         "with published BabyLM results."
     )
 
 
-def _training_text(run: dict, model_dir: str) -> str:
+def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
+    """What the run did, on which data; `run_model`: where in the run the exported weights were saved."""
     kind, config = run["kind"], run["config"]
+    training, _ = run_corpora(run)
+    data = "; ".join(map(str, training)) or "data the run's config does not name"
+    saved_as = f" (`{run_model}`)" if run_model else ""
     if kind is None:
         return "No run directory was given to the export, so this card records no training details and no results."
     if kind == "pretrain":
@@ -223,27 +267,27 @@ def _training_text(run: dict, model_dir: str) -> str:
             f"Pretrained from scratch with `elc-bert pretrain` (run `{run['dir']}`): preset `{config.get('preset')}`, "
             f"{config.get('max_steps')} steps of batch {config.get('batch_size')} x {config.get('seq_length')} "
             f"tokens, optimizer {config.get('optimizer')}, peak learning rate {config.get('learning_rate')}, seed "
-            f"{config.get('seed')}; training files {', '.join(config.get('train_files', []))}.\n\n"
-            + _stand_in_note(config)
+            f"{config.get('seed')}; training data: {data}.\n\n" + _stand_in_note(config)
         )
     if kind == "mlm":
         how = "plain" if config.get("fusion") is None else f"through a {config.get('fusion')} fusion head"
         return (
-            f"Masked-LM fine-tuning of `{config.get('model')}` ({how}) on WikiText-2 with `elc-bert mlm` (run "
+            f"Masked-LM fine-tuning of `{config.get('model')}` ({how}) on {data} with `elc-bert mlm` (run "
             f"`{run['dir']}`): {config.get('epochs')} epochs, learning rate {config.get('learning_rate')}, blocks of "
             f"{config.get('block_size')} tokens, seed {config.get('seed')}; the checkpoint with the best validation "
-            "loss is the one exported."
+            f"loss{saved_as} is the one exported."
         )
     mode = "backbone frozen (feature extraction)" if config.get("freeze_backbone") else "all weights trained"
     text = (
-        f"Few-shot NER on {config.get('dataset')} with `elc-bert finetune-ner` (run `{run['dir']}`): backbone "
+        f"Few-shot NER on {data} with `elc-bert finetune-ner` (run `{run['dir']}`): backbone "
         f"`{config.get('model')}`, fusion {config.get('fusion')}, {mode}; N in {config.get('shots')}, "
         f"{config.get('trials')} trials each, {config.get('epochs')} epochs, learning rate "
         f"{config.get('learning_rate')}; each trial keeps its best dev-set epoch."
     )
+    weights = f"are the run's `{run_model}`" if run_model else f"come from `{model_dir}`"
     return text + (
-        f"\n\nThe weights exported here come from `{model_dir}`: `elc-bert finetune-ner` keeps none of its trial "
-        "models, so the results below describe the run's trials, not these exact weights."
+        f"\n\nThe weights exported here {weights}, one trial's best dev epoch; the results below describe all of the "
+        "run's trials, not these exact weights."
     )
 
 
@@ -271,7 +315,7 @@ def _alpha_heatmap(backbone: ElcBertModel, path: Path) -> None:
 def _depth_profile(run_dir: Path, path: Path) -> bool:
     """DWAtt's mean depth weights per N (mean over the run's trials), when the run recorded them."""
     profiles = {}
-    for result_file in sorted(run_dir.glob("n*/trial*/result.json")):
+    for result_file in runs.trial_results(run_dir):
         result = json.loads(result_file.read_text(encoding="utf-8"))
         if "mean_depth_weights" in result:
             profiles.setdefault(result["shots"], []).append(result["mean_depth_weights"])
@@ -308,9 +352,9 @@ def _figures(model, run: dict, out_dir: Path) -> str:
     if run_dir is not None and run["kind"] == "finetune-ner" and _depth_profile(run_dir, out_dir / "depth_profile.png"):
         figures.append(("depth_profile.png", "DWAtt depth profile: mean weight of each fused state over dev tokens."))
     copies = {
-        "loss.png": "Training (and validation) MLM loss of the run.",
-        "eval_loss.png": "Validation MLM loss per epoch.",
-        "f1_vs_n.png": "Mean best dev F1 against N.",
+        runs.LOSS_PLOT: "Training (and validation) MLM loss of the run.",
+        runs.EVAL_LOSS_PLOT: "Validation MLM loss per epoch.",
+        runs.F1_VS_N_PLOT: "Mean best dev F1 against N.",
     }
     for name, caption in copies.items():
         if run_dir is not None and (run_dir / name).is_file():
@@ -357,6 +401,20 @@ def _architecture(model, templates_dir: Path, num_parameters: str) -> str:
     )
 
 
+def install_instructions() -> str:
+    """How to install the package, which is not on PyPI: from its repository (named when the package's metadata
+    has a Repository / Source / Homepage URL), or from a clone."""
+    try:
+        urls = package_metadata("elc_bert").get_all("Project-URL") or []
+    except PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("repository", "source", "homepage") and url.strip():
+            return f'`pip install "elc_bert @ git+{url.strip()}"`, or `pip install -e .` in a clone'
+    return '`pip install "elc_bert @ git+<the package\'s repository URL>"`, or `pip install -e .` in a clone'
+
+
 def _auto_class_name(model) -> str:
     from elc_bert.models import _AUTO_CLASSES
 
@@ -371,20 +429,24 @@ def render_model_card(
     model,
     *,
     run_dir=None,
+    run_model=None,
     repo_id=None,
     license="apache-2.0",
     templates_dir=None,
     out_dir: Path,
     source="",
+    name=None,
 ) -> str:
-    """The README.md text; writes the card's images into `out_dir`."""
+    """The README.md text; writes the card's images into `out_dir`. `run_model`: where in `run_dir` the run saved
+    the exported weights (`export.model_of_run`); `name`: the card's title without `repo_id` (default: the name of
+    `out_dir`)."""
     templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     run = read_run(Path(run_dir) if run_dir is not None else None)
     class_name = type(model).__name__
     suffix = next((s for s in PIPELINE_TAGS if class_name.endswith(s)), None)
     pipeline_tag, task_name = PIPELINE_TAGS.get(suffix, ("feature-extraction", "Feature extraction"))
     results, rows = measured_results(run, (pipeline_tag, task_name))
-    title = repo_id.split("/")[-1] if repo_id else out_dir.name
+    title = repo_id.split("/")[-1] if repo_id else (name or out_dir.name)
     count = sum(p.numel() for p in model.parameters())
     num_parameters = f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
 
@@ -393,15 +455,8 @@ def render_model_card(
     if is_fusion and model.config.backbone_config.model_type == "elc_bert":
         tags.append("elc-bert")
     tags += [pipeline_tag, "custom_code"]
-    datasets = []
-    for path in (
-        run["config"].get("train_files", [])
-        + [{"conll03": "conll2003", "wikiann": "wikiann"}.get(run["config"].get("dataset"), "")]
-        + (["wikitext2"] if run["kind"] == "mlm" else [])
-    ):
-        hub = HUB_DATASETS.get(Path(path).parts[0] if path else "")
-        if hub and hub[0] not in datasets:
-            datasets.append(hub[0])
+    training, evaluation = run_corpora(run)
+    datasets = list(dict.fromkeys(corpus.path for corpus in training + evaluation if corpus.on_hub))  # Hub ids only
     metadata = {"license": license, "language": ["en"], "library_name": "transformers", "pipeline_tag": pipeline_tag}
     metadata["tags"] = tags
     if datasets:
@@ -423,6 +478,7 @@ def render_model_card(
         auto_class=auto_class,
         repo_id=repo_id or "USER/NAME",
         example=EXAMPLES.get(auto_class, ""),
+        install=install_instructions(),
     )
     size_note = f"Small: {num_parameters} parameters"
     if run["kind"] == "pretrain":
@@ -430,9 +486,14 @@ def render_model_card(
     size_note += "; treat it as a research artefact, not a general-purpose language model."
     extra = []
     if run["kind"] == "finetune-ner":
+        tested = any(isinstance(entry, dict) and "test_mean" in entry for entry in run["metrics"].values())
         extra.append(
             "- The NER F1 scores are each trial's best dev-set epoch: model selection on the dev set makes them "
-            "optimistic; no test-set score was measured."
+            + (
+                "optimistic (the run's results.json holds test-set scores too)."
+                if tested
+                else "optimistic; no test-set score was measured."
+            )
         )
     if is_fusion and model.config.freeze_backbone:
         extra.append("- The backbone is frozen: only the fusion module and the head were trained.")
@@ -447,7 +508,7 @@ def render_model_card(
             title=title,
             summary=summary,
             architecture=_architecture(model, templates_dir, num_parameters),
-            training=_training_text(run, str(source)),
+            training=_training_text(run, str(source), run_model),
             results=results_text,
             figures=_figures(model, run, out_dir),
             usage=usage,

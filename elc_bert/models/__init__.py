@@ -1,16 +1,25 @@
 """What is computed: the model families, registered with the `transformers` Auto classes on import."""
 
 from transformers import AutoConfig
+from transformers.conversion_mapping import register_checkpoint_conversion_mapping
 
-from . import configuration_elc_bert, configuration_layer_fusion, modeling_elc_bert, modeling_layer_fusion
+from . import (
+    configuration_elc_bert,
+    configuration_layer_fusion,
+    modeling_elc_bert,
+    modeling_layer_fusion,
+    reference_checkpoints,
+)
 from .configuration_elc_bert import *  # noqa: F403
 from .configuration_layer_fusion import *  # noqa: F403
 from .modeling_elc_bert import *  # noqa: F403
 from .modeling_layer_fusion import *  # noqa: F403
+from .reference_checkpoints import *  # noqa: F403
 
 __all__ = (
     configuration_elc_bert.__all__
     + modeling_elc_bert.__all__
+    + reference_checkpoints.__all__
     + configuration_layer_fusion.__all__
     + modeling_layer_fusion.__all__
 )
@@ -25,9 +34,10 @@ for _config_class, _family in _AUTO_CLASSES.items():
     for _auto_class, _model_class in _family.items():
         _auto_class.register(_config_class, _model_class, exist_ok=True)
 
-# The published checkpoints say model_type "ltgbert": the ELC-BERT classes read them (see their from_pretrained).
-AutoConfig.register(
-    configuration_elc_bert.LtgBertConfig.model_type, configuration_elc_bert.LtgBertConfig, exist_ok=True
+# The published checkpoints (model_type "ltgbert") read as ELC-BERT ones: their config.json through AutoConfig and
+# through the ELC-BERT config's own reader, their tensors renamed on loading (see reference_checkpoints.py).
+AutoConfig.register(reference_checkpoints.MODEL_TYPE, reference_checkpoints.LtgBertConfig, exist_ok=True)
+configuration_elc_bert.CHECKPOINT_FORMATS[reference_checkpoints.MODEL_TYPE] = reference_checkpoints.elc_bert_config_dict
+register_checkpoint_conversion_mapping(
+    configuration_elc_bert.ElcBertConfig.model_type, reference_checkpoints.conversion_mapping(), overwrite=True
 )
-for _auto_class, _model_class in modeling_elc_bert.AUTO_CLASSES.items():
-    _auto_class._model_mapping.register(configuration_elc_bert.LtgBertConfig, _model_class, exist_ok=True)

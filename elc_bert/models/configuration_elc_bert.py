@@ -7,6 +7,12 @@ LAYER_COMBINATIONS = ("elc", "residual")
 ELC_VARIANTS = ("base", "zero", "normalized", "weighted_output")
 POSITIONAL_SPLITS = ("halves", "interleaved")
 
+# Readers of other checkpoint formats, by the model_type their config.json states: each maps (the folder or Hub name,
+# its config dict, the caller's other `from_pretrained` arguments, the Hub arguments) to the ElcBertConfig fields of
+# that checkpoint. `reference_checkpoints.py` registers the published reference checkpoints' ("ltgbert").
+CHECKPOINT_FORMATS = {}
+HUB_ARGUMENTS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only", "subfolder")
+
 # The paper's sizes (BabyLM 2023 strict / strict-small) and a tiny one for tests and CPU runs.
 PRESETS = {
     "strict": dict(
@@ -92,6 +98,17 @@ class ElcBertConfig(PreTrainedConfig):
             raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **kwargs})
 
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
+        """`PreTrainedConfig.get_config_dict`; for a checkpoint of another format (`CHECKPOINT_FORMATS`), the fields
+        its reader makes of it, so that every class's `from_pretrained` reads such folders too."""
+        hub_kwargs = {key: kwargs[key] for key in HUB_ARGUMENTS if kwargs.get(key) is not None}
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        read = CHECKPOINT_FORMATS.get(config_dict.get("model_type"))
+        if read is not None:
+            config_dict = read(pretrained_model_name_or_path, config_dict, kwargs, hub_kwargs)
+        return config_dict, kwargs
+
     def __post_init__(self, **kwargs):
         self.check_values()
         super().__post_init__(**kwargs)
@@ -134,17 +151,7 @@ class ElcBertConfig(PreTrainedConfig):
                 raise ValueError(f"{field} must be one of {allowed}, got {getattr(self, field)!r}")
 
 
-class LtgBertConfig(ElcBertConfig):
-    """Reads the `config.json` of the published reference checkpoints (`model_type: "ltgbert"`).
-
-    It only exists so that `AutoConfig` and the Auto model classes recognise those folders without remote code; the
-    models convert it to an `ElcBertConfig` whose architecture is read off the checkpoint's weights.
-    """
-
-    model_type = "ltgbert"
-
-
 # `save_pretrained` writes this file next to every checkpoint and names it in config.json's `auto_map`.
 ElcBertConfig.register_for_auto_class()
 
-__all__ = ["ElcBertConfig", "LtgBertConfig", "PRESETS"]
+__all__ = ["ElcBertConfig", "PRESETS"]

@@ -4,10 +4,7 @@ Written from the equations of ../shared/docs/elc-bert.md. Tensors are batch-firs
 terms enter `scaled_dot_product_attention` as an additive bias built from one bucket table shared by all layers.
 """
 
-import json
 import math
-import os
-import re
 
 import torch
 import torch.nn.functional as F
@@ -33,13 +30,10 @@ from transformers.modeling_outputs import (
     TokenClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils import logging
 from transformers.utils.generic import can_return_tuple
 from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
-from .configuration_elc_bert import ElcBertConfig, LtgBertConfig
-
-logger = logging.get_logger(__name__)
+from .configuration_elc_bert import ElcBertConfig
 
 
 def relative_position_buckets(length: int, bucket_size: int, max_position: int, device=None) -> torch.Tensor:
@@ -368,60 +362,15 @@ class ElcBertClassificationHead(nn.Module):
         return self.out_proj(self.dropout(hidden_states))
 
 
-# Reference checkpoint (model_type "ltgbert") key -> our key, without the base-model prefix for the backbone.
-_REFERENCE_KEYS = [
-    (r"^embedding\.word_embedding\.", "embeddings.word_embeddings."),
-    (r"^embedding\.relative_embedding$", "embeddings.relative_embedding"),
-    (r"^embedding\.relative_layer_norm\.", "embeddings.relative_layer_norm."),
-    (r"^transformer\.layers\.(\d+)\.mlp\.mlp\.1\.", r"encoder.layers.\1.mlp.up_proj."),
-    (r"^transformer\.layers\.(\d+)\.mlp\.mlp\.4\.", r"encoder.layers.\1.mlp.down_proj."),
-    (r"^transformer\.layers\.(\d+)\.", r"encoder.layers.\1."),
-    (r"^transformer\.prev_layer_weights$", "encoder.output_layer_weights"),
-]
-_HEAD_PREFIXES = ("lm_head.", "classifier.")
-_REFERENCE_HEAD_KEYS = [
-    (r"^classifier\.nonlinearity\.1\.", "lm_head.dense."),
-    (r"^classifier\.nonlinearity\.5\.", "lm_head.decoder."),
-    (r"^head\.nonlinearity\.1\.", "classifier.dense."),
-    (r"^head\.nonlinearity\.5\.", "classifier.out_proj."),
-]
-
-
-def convert_ltgbert_state_dict(state_dict: dict, base_model_prefix: str = "") -> dict:
-    """Renames a reference (`ltgbert`) state dict to this package's keys; drops the stored bucket tables."""
-    converted = {}
-    for key, tensor in state_dict.items():
-        if key.endswith("attention.position_indices"):
-            continue
-        new_key = key
-        for pattern, replacement in _REFERENCE_HEAD_KEYS:
-            new_key = re.sub(pattern, replacement, new_key)
-        if new_key == key:
-            for pattern, replacement in _REFERENCE_KEYS:
-                new_key, count = re.subn(pattern, replacement, key)
-                if count:
-                    new_key = base_model_prefix + new_key
-                    break
-        converted[new_key] = tensor
-    return converted
-
-
-def ltgbert_architecture(state_dict: dict) -> dict:
-    """The config fields a reference state dict implies: ELC when `prev_layer_weights` keys are present."""
-    if "transformer.prev_layer_weights" in state_dict:
-        return {"layer_combination": "elc", "elc_variant": "weighted_output"}
-    if any(key.endswith("prev_layer_weights") for key in state_dict):
-        return {"layer_combination": "elc", "elc_variant": "base"}
-    return {"layer_combination": "residual"}
-
-
 class ElcBertPreTrainedModel(PreTrainedModel):
     config: ElcBertConfig
     base_model_prefix = "elc_bert"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _no_split_modules = ["ElcBertLayer"]
-    _keys_to_ignore_on_load_unexpected = [r"position_indices"]
+    # A model reads the backbone and its own head of a checkpoint; another task's head stays unused without a
+    # warning. `position_indices` are the bucket tables the reference checkpoints store (recomputed here).
+    _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^lm_head\."]
 
     @torch.no_grad()
     def _init_weights(self, module):
@@ -449,77 +398,6 @@ class ElcBertPreTrainedModel(PreTrainedModel):
             table = module.position_bucket_table
             init.copy_(table, module._bucket_table(table.shape[0], table.device))
 
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, config=None, **kwargs):
-        """Loads our own checkpoints as usual, and the published reference ones (`model_type: "ltgbert"`)."""
-        if config is None or isinstance(config, LtgBertConfig):
-            reference = _read_reference_config(pretrained_model_name_or_path, kwargs)
-            if reference is not None:
-                if config is not None:  # built by the Auto classes from config.json and the caller's arguments
-                    defaults, values = type(config)().to_dict(), config.to_dict()
-                    stated = {
-                        key: value
-                        for key, value in values.items()
-                        if key in ElcBertConfig.__dataclass_fields__
-                        and value != defaults.get(key)
-                        and reference.get(key, defaults.get(key)) != value
-                    }
-                    kwargs = {**stated, **kwargs}
-                return cls._from_ltgbert(pretrained_model_name_or_path, reference, **kwargs)
-        return super().from_pretrained(pretrained_model_name_or_path, *model_args, config=config, **kwargs)
-
-    @classmethod
-    def _from_ltgbert(cls, path, reference_config: dict, output_loading_info=False, **kwargs):
-        weights_file = _resolve_file(path, ("model.safetensors", "pytorch_model.bin"), kwargs)
-        if weights_file.endswith(".safetensors"):
-            from safetensors.torch import load_file
-
-            state_dict = load_file(weights_file)
-        else:
-            state_dict = torch.load(weights_file, map_location="cpu", weights_only=True)
-        dtype = kwargs.pop("dtype", kwargs.pop("torch_dtype", None))
-        hub_kwargs = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder", "proxies")
-        overrides = {key: value for key, value in kwargs.items() if key not in hub_kwargs}
-        config = ElcBertConfig(**_ltgbert_config_fields(reference_config, state_dict, overrides))
-
-        model = cls(config)
-        prefix = "" if isinstance(model, ElcBertModel) else cls.base_model_prefix + "."
-        converted = convert_ltgbert_state_dict(state_dict, prefix)
-        expected = model.state_dict()
-        if prefix == "":  # a bare backbone keeps no head
-            converted = {k: v for k, v in converted.items() if not k.startswith(_HEAD_PREFIXES)}
-        else:  # a task model keeps only its own head
-            own_head = "lm_head." if isinstance(model, ElcBertForMaskedLM) else "classifier."
-            converted = {
-                k: v for k, v in converted.items() if k.startswith(own_head) or not k.startswith(_HEAD_PREFIXES)
-            }
-        for key, tensor in converted.items():
-            if key in expected and tensor.shape != expected[key].shape:
-                raise ValueError(
-                    f"{weights_file}: tensor {key!r} has shape {tuple(tensor.shape)} but the config "
-                    f"{config.to_diff_dict()} needs {tuple(expected[key].shape)}"
-                )
-        unexpected = sorted(set(converted) - set(expected))
-        if unexpected:
-            raise ValueError(f"{weights_file}: unexpected tensors for {cls.__name__}: {unexpected}")
-        tied = {"lm_head.decoder.weight"} if config.tie_word_embeddings else set()
-        # A head of another task is left fresh (its weights are not in an MLM checkpoint); anything else missing would
-        # silently stay random.
-        fresh = ("classifier.",) if not isinstance(model, (ElcBertModel, ElcBertForMaskedLM)) else ()
-        parameters = dict(model.named_parameters())
-        absent = sorted(key for key in set(parameters) - set(converted) - tied if not key.startswith(fresh))
-        if absent:
-            raise ValueError(f"{weights_file}: tensors missing for {cls.__name__}: {absent}")
-        missing = model.load_state_dict(converted, strict=False).missing_keys
-        missing = [key for key in missing if key not in tied]
-        model.tie_weights()
-        if dtype is not None:
-            model.to(dtype if isinstance(dtype, torch.dtype) else getattr(torch, dtype))
-        model.eval()
-        if output_loading_info:
-            return model, {"missing_keys": missing, "unexpected_keys": [], "mismatched_keys": [], "error_msgs": []}
-        return model
-
     def layer_weights(self) -> torch.Tensor:
         """The ELC alpha matrix, L x (L+1): row n-1 holds softmax(theta^(n)) over y_0..y_{n-1}, zeros after."""
         encoder = self.base_model.encoder
@@ -532,81 +410,11 @@ class ElcBertPreTrainedModel(PreTrainedModel):
         return alpha
 
 
-def _read_reference_config(path, kwargs) -> dict | None:
-    """The config dict at `path` when it is a reference (`ltgbert`) checkpoint, else None."""
-    try:
-        config_file = _resolve_file(path, ("config.json",), kwargs)
-    except (OSError, ValueError):
-        return None
-    with open(config_file, encoding="utf-8") as handle:
-        config = json.load(handle)
-    return config if config.get("model_type") == "ltgbert" else None
-
-
-def _resolve_file(path, names, kwargs) -> str:
-    """The first of `names` found in a local folder or Hub repo `path`."""
-    path = str(path)
-    if os.path.isdir(path):
-        for name in names:
-            candidate = os.path.join(path, kwargs.get("subfolder") or "", name)
-            if os.path.isfile(candidate):
-                return candidate
-        raise OSError(f"{path} has none of {list(names)}")
-    from transformers.utils.hub import cached_file
-
-    hub_kwargs = {
-        key: kwargs[key]
-        for key in ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
-        if key in kwargs
-    }
-    for name in names:
-        resolved = cached_file(path, name, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
-        if resolved is not None:
-            return resolved
-    raise OSError(f"{path} has none of {list(names)}")
-
-
-def _ltgbert_config_fields(reference: dict, state_dict: dict, stated: dict) -> dict:
-    """ElcBertConfig fields of a reference checkpoint: its config.json (`reference`), what the caller `stated` (keyword
-    arguments, or the fields of a config the Auto classes built), and what the weights show, the reference's known
-    defects fixed. What the weights show wins over a silent default and clashes with a stated value are errors."""
-    known = set(ElcBertConfig.__dataclass_fields__)
-    fields = {k: v for k, v in reference.items() if k in known and k not in ("model_type", "architectures")}
-    for key in ("auto_map", "transformers_version", "output_all_encoded_layers", "torch_dtype", "dtype"):
-        fields.pop(key, None)
-    fields["pad_token_id"] = 3  # the reference configs say 4, which is [MASK]
-    fields.update(stated)
-
-    layers = {int(match.group(1)) for key in state_dict if (match := re.match(r"transformer\.layers\.(\d+)\.", key))}
-    if layers:
-        if "num_hidden_layers" in fields and fields["num_hidden_layers"] != len(layers):
-            raise ValueError(
-                f"num_hidden_layers is {fields['num_hidden_layers']} but the weights hold {len(layers)} layers"
-            )
-        fields["num_hidden_layers"] = len(layers)
-
-    architecture = ltgbert_architecture(state_dict)
-    for key in ("layer_combination", "elc_variant"):
-        if key in architecture and key in fields and fields[key] != architecture[key]:
-            if not (key == "elc_variant" and architecture[key] == "base"):
-                raise ValueError(f"{key} is {fields[key]!r} but the weights are those of {architecture[key]!r}")
-    if architecture.get("elc_variant") == "base":  # base, zero and normalized have the same tensors
-        if fields.get("elc_variant") == "weighted_output":
-            raise ValueError("elc_variant is 'weighted_output' but the weights have no output layer weights")
-        if "elc_variant" not in fields:
-            logger.warning(
-                "The weights of this ELC-BERT checkpoint cannot tell its variant (base, zero and normalized have the "
-                "same tensors): loading it as 'base', the released one. Pass elc_variant='zero' or 'normalized' to "
-                "from_pretrained (or write it in config.json) for another."
-            )
-        architecture = {"layer_combination": "elc", "elc_variant": fields.get("elc_variant", "base")}
-    fields.update(architecture)
-    return fields
-
-
 class ElcBertModel(ElcBertPreTrainedModel):
     """The bare encoder. `last_hidden_state` is y_L (ELC), the weighted output mixture (`weighted_output`) or the
     residual stream (LTG-BERT); `hidden_states` are y_0..y_L (ELC) or the stream after each block (LTG-BERT)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^(lm_head|classifier)\."]
 
     def __init__(self, config: ElcBertConfig):
         super().__init__(config)
@@ -738,6 +546,7 @@ def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in
 
 class ElcBertForMaskedLM(ElcBertPreTrainedModel):
     _tied_weights_keys = {"lm_head.decoder.weight": "elc_bert.embeddings.word_embeddings.weight"}
+    _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^classifier\."]
 
     def __init__(self, config: ElcBertConfig):
         super().__init__(config)
@@ -979,8 +788,6 @@ __all__ = [
     "ElcBertForTokenClassification",
     "ElcBertForMultipleChoice",
     "ElcBertForQuestionAnswering",
-    "convert_ltgbert_state_dict",
-    "ltgbert_architecture",
     "relative_position_buckets",
     "sequence_classification_loss",
     "token_cross_entropy",

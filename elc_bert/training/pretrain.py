@@ -2,21 +2,22 @@
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import datasets
 import pyarrow.compute
 import torch
 from transformers import AutoTokenizer, Trainer, TrainingArguments
-from transformers.trainer_utils import get_last_checkpoint
 
+from .. import runs
 from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
 from ..data.pretraining import SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import train_tokenizer
-from ..models import ElcBertConfig, ElcBertForMaskedLM
-from .config import save_config
+from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
+from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 from .plots import plot_curves
 
@@ -27,60 +28,68 @@ class PretrainConfig:
     `data_dir`, or dicts naming a `datasets` dataset (`path`: a Hub name or a local dataset folder; `name`, `split`,
     `text_column`); `training` holds further `TrainingArguments` fields."""
 
-    output_dir: str
-    train_files: list[str | dict]
-    validation_files: list[str | dict] = field(default_factory=list)
-    max_eval_samples: int | None = None  # evaluate on this many validation samples, evenly spaced over all files
-    data_dir: str = "."
-    preset: str = "tiny"
-    model: dict = field(default_factory=dict)  # ElcBertConfig overrides, e.g. layer_combination: residual
-    tokenizer: str | None = None  # an existing tokenizer; else one is trained on the training files
-    vocab_size: int = 4096
-    min_frequency: int = 10
-    seq_length: int = 128
-    long_seq_length: int | None = None  # the recipe's switch to long samples (512) with batch/4 ...
-    long_after: float = 0.9  # ... for the steps after this fraction of max_steps
-    optimizer: str = "lamb"  # or "adamw"
-    learning_rate: float = 1e-2
-    weight_decay: float = 0.1
-    warmup_ratio: float = 0.016
-    final_lr_ratio: float = 0.1
-    max_steps: int = 1000
-    batch_size: int = 32  # sequences per optimizer step, over all processes and accumulation steps
-    seed: int = 42
-    init_from: str | None = None  # continued pretraining: a model folder (ours or a converted checkpoint) + tokenizer
-    mask_p: float = 0.15  # the masking recipe: the share of tokens masked ...
-    span_p: float = 1 / 3  # ... in spans of length Geometric(span_p) ...
-    max_span: int = 10  # ... mod max_span
-    torch_compile: bool = False  # train the `torch.compile`d model (TrainingArguments.torch_compile)
-    data_cache_dir: str | None = None  # the tokenized, packed corpus is cached here (default: the datasets cache)
-    streaming: bool = False  # stream the dataset entries of train_files (packed on the fly, shuffled in a buffer)
-    shuffle_buffer: int = 10_000  # samples in the streaming shuffle buffer
-    training: dict = field(default_factory=dict)
+    output_dir: str = config_field(help="the run's folder: config, tokenizer, checkpoints, model, metrics, plots")
+    train_files: list[str | dict] = config_field(
+        help="training corpora: files or BabyLM-style folders under data_dir, or datasets (path: ..., name, split, "
+        "text_column)",
+        keys=DatasetSource,
+    )
+    validation_files: list[str | dict] = config_field([], "validation corpora, as train_files", keys=DatasetSource)
+    max_eval_samples: int | None = config_field(
+        None, "evaluate on this many validation samples, evenly spaced over all files (null: all)", bounds=">= 1"
+    )
+    data_dir: str = config_field(".", "the folder that train_files and validation_files are relative to")
+    preset: Literal[tuple(PRESETS)] = config_field("tiny", "the model size (ElcBertConfig.from_preset)")
+    model: dict = config_field({}, "ElcBertConfig overrides, e.g. layer_combination: residual", keys=ElcBertConfig)
+    tokenizer: str | None = config_field(None, "an existing tokenizer; null: one is trained on the training files")
+    vocab_size: int = config_field(4096, "the vocabulary size of the tokenizer trained here", bounds=">= 1")
+    min_frequency: int = config_field(10, "the tokenizer's minimum frequency of a merge", bounds=">= 0")
+    seq_length: int = config_field(128, "tokens per training sample", bounds=">= 8")
+    long_seq_length: int | None = config_field(
+        None, "the recipe's switch to long samples (512) with batch_size / 4 for the last steps (null: none)"
+    )
+    long_after: float = config_field(0.9, "the fraction of max_steps after which long samples start", bounds="(0, 1)")
+    optimizer: Literal["lamb", "adamw"] = config_field("lamb", "the optimizer")
+    learning_rate: float = config_field(1e-2, "the peak learning rate", bounds="> 0")
+    weight_decay: float = config_field(0.1, "weight decay (not on biases and LayerNorms)", bounds=">= 0")
+    warmup_ratio: float = config_field(0.016, "the share of max_steps with a linear warm-up", bounds="[0, 1]")
+    final_lr_ratio: float = config_field(0.1, "the cosine decay's final learning rate / peak", bounds="[0, 1]")
+    max_steps: int = config_field(1000, "optimizer steps", bounds=">= 1")
+    batch_size: int = config_field(
+        32, "sequences per optimizer step, over all processes and accumulation steps", bounds=">= 1"
+    )
+    seed: int = config_field(42, "the seed of initialisation, data order and masking")
+    init_from: str | None = config_field(
+        None, "continued pretraining: a model folder (ours or a converted checkpoint) with its tokenizer"
+    )
+    mask_p: float = config_field(0.15, "the masking recipe: the share of tokens masked ...")
+    span_p: float = config_field(1 / 3, "... in spans of length Geometric(span_p) ...")
+    max_span: int = config_field(10, "... mod max_span")
+    torch_compile: bool = config_field(False, "train the torch.compile'd model (TrainingArguments.torch_compile)")
+    data_cache_dir: str | None = config_field(
+        None, "where the tokenized, packed corpus is cached (null: the datasets cache)"
+    )
+    streaming: bool = config_field(
+        False, "stream the dataset entries of train_files (packed on the fly, shuffled in a buffer)"
+    )
+    shuffle_buffer: int = config_field(10_000, "samples in the streaming shuffle buffer", bounds=">= 1")
+    training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):
-        if self.optimizer not in ("lamb", "adamw"):
-            raise ValueError(f"optimizer must be 'lamb' or 'adamw', got {self.optimizer!r}")
-        if self.seq_length < 8:
-            raise ValueError(f"seq_length must be >= 8, got {self.seq_length}")
+        check_fields(self)
         if not self.train_files:
             raise ValueError("train_files is empty")
-        if self.max_eval_samples is not None and self.max_eval_samples < 1:
-            raise ValueError(f"max_eval_samples must be >= 1 or null, got {self.max_eval_samples}")
         if self.long_seq_length is not None:
             if self.long_seq_length <= self.seq_length:
                 raise ValueError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
             if self.batch_size % 4:
                 raise ValueError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
-            if not 0 < self.long_after < 1:
-                raise ValueError(f"long_after must be in (0, 1), got {self.long_after}")
-        for name in ("max_steps", "batch_size", "seq_length", "vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         job_fields = ("per_device_train_batch_size", "per_device_eval_batch_size", "train_sampling_strategy")
         for name in (*job_fields, "max_steps", "torch_compile"):
             if name in self.training:
                 raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps / torch_compile")
+        if "vocab_size" in self.model:
+            raise ValueError("model.vocab_size is set by the job (the tokenizer's size): use vocab_size")
         if self.init_from is not None and self.tokenizer is not None:
             raise ValueError("init_from brings its own tokenizer: leave tokenizer unset")
         if self.streaming:
@@ -258,6 +267,7 @@ def pretrain(config: PretrainConfig) -> dict:
     """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
     the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
     output_dir = Path(config.output_dir)
+    runs.refuse_other_jobs(output_dir, "pretrain")
     data_dir = Path(config.data_dir)
     for entries, split in ((config.train_files, "train"), (config.validation_files, "dev")):
         for entry in entries:  # local corpora must exist before anything starts
@@ -273,12 +283,12 @@ def pretrain(config: PretrainConfig) -> dict:
             )
     if args.should_save:
         output_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, output_dir / "pretrain_config.yaml")
+        save_config(config, runs.config_file(output_dir, "pretrain"))
 
     # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
     with args.main_process_first(desc="data preparation"):
         documents = None if config.streaming else corpus(config.train_files, data_dir, "train", config.data_cache_dir)
-        tokenizer = _tokenizer(config, output_dir / "tokenizer", documents)
+        tokenizer = _tokenizer(config, output_dir / runs.TOKENIZER, documents)
         long_steps = (
             0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
         )
@@ -346,9 +356,9 @@ def pretrain(config: PretrainConfig) -> dict:
         data_collator=BatchRowCollator(masking),
         optimizers=(optimizer, schedule),
     )
-    last_checkpoint = get_last_checkpoint(str(output_dir)) if output_dir.exists() else None
-    first_step = int(Path(last_checkpoint).name.split("-")[-1]) if last_checkpoint else 0
-    result = trainer.train(resume_from_checkpoint=last_checkpoint)
+    checkpoint = runs.last_checkpoint(output_dir)
+    first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
+    result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = dict(result.metrics)
     # The Trainer counts rows (micro-batches) as samples: the real throughput of the steps this process ran.
     runtime = metrics.get("train_runtime")
@@ -362,12 +372,13 @@ def pretrain(config: PretrainConfig) -> dict:
     trainer.save_model(str(output_dir))
     if trainer.is_world_process_zero():
         tokenizer.save_pretrained(output_dir)
+        runs.record_model(output_dir, output_dir)
         history = trainer.state.log_history
-        (output_dir / "metrics.json").write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
+        (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
         curves = {
             split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
             for split, key in (("train", "loss"), ("validation", "eval_loss"))
         }
         curves = {name: curve for name, curve in curves.items() if curve[0]}
-        plot_curves(output_dir / "loss.png", curves, "step", "MLM loss", "Pretraining")
+        plot_curves(output_dir / runs.LOSS_PLOT, curves, "step", "MLM loss", "Pretraining")
     return metrics

@@ -1,0 +1,333 @@
+"""Scoring sentences with a language model: which kind of LM a model is, loading one from a folder or the Hub (refusing
+weights that did not load), and the two sentence scores, in nats.
+
+Masked LMs are scored by pseudo-log-likelihood (Salazar et al., 2020; the ELC-BERT / BabyLM protocol):
+
+    PLL(w_1..w_n) = sum_t log p(w_t | w_1..w_{t-1} [MASK] w_{t+1}..w_n)
+
+every non-special token masked in turn, summed, no length normalisation; [CLS]/[SEP] (whatever the tokenizer adds)
+are present in the input but never scored. Causal LMs are scored by their log-likelihood, sum_t log p(w_t | w_<t),
+the first token conditioned on the tokenizer's BOS token when it has one (otherwise the first token is context only).
+
+Speed: every masked copy of every (unique) sentence becomes one row of a flat list; rows are sorted by length and cut
+into batches under a token budget (rows x padded length), so one forward pass scores hundreds of masked copies of
+many sentences at once and padding is rare.
+"""
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..models.loading import check_weights_loaded, key_list, unloaded_weights
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BATCH_TOKENS = 4096
+KINDS = ("masked", "causal")
+
+
+# --------------------------------------------------------------------------------------------------------- kind
+def _auto_class_names(mapping) -> set[str]:
+    names = set()
+    for value in mapping.values():
+        names.update(value if isinstance(value, (list, tuple)) else [value])
+    return names
+
+
+def language_model_kind(model_or_config) -> str | None:
+    """The kind of language model `model_or_config` is: "masked", "causal" or None (no language-modelling head: a
+    sentence encoder, a classifier, a bare backbone); for a config, before loading, by the classes its
+    `architectures` names.
+
+    A class is what the library's Auto mappings list it as (`AutoModelForMaskedLM`, then `AutoModelForCausalLM`), else
+    what its name says (`...ForMaskedLM`; `...ForCausalLM`, `...LMHeadModel`), which covers this package's classes and
+    remote code. For a class named neither way: a model whose `get_output_embeddings()` is None has no LM head;
+    otherwise `config.is_decoder` means causal, and a model with an output embedding is a masked LM."""
+    from transformers import PretrainedConfig
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    is_config = isinstance(model_or_config, PretrainedConfig)
+    config = model_or_config if is_config else getattr(model_or_config, "config", None)
+    names = (getattr(config, "architectures", None) or []) if is_config else [type(model_or_config).__name__]
+    masked = _auto_class_names(MODEL_FOR_MASKED_LM_MAPPING_NAMES)
+    if any(name in masked or name.endswith("ForMaskedLM") for name in names):
+        return "masked"
+    causal = _auto_class_names(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    if any(name in causal or name.endswith(("ForCausalLM", "LMHeadModel")) for name in names):
+        return "causal"
+    output_embeddings = None if is_config else getattr(model_or_config, "get_output_embeddings", None)
+    if callable(output_embeddings) and output_embeddings() is None:
+        return None
+    if getattr(config, "is_decoder", False):
+        return "causal"
+    return "masked" if callable(output_embeddings) else None
+
+
+def is_causal_lm(model) -> bool:
+    """Whether `model` is a decoder (left-to-right LM) rather than a masked LM (`language_model_kind`)."""
+    return language_model_kind(model) == "causal"
+
+
+# ------------------------------------------------------------------------------------------------------ loading
+def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = False, allow_unloaded_weights=False):
+    """(model in eval mode, tokenizer, kind) for a local folder or a Hub name.
+
+    kind "masked" or "causal" loads that kind of LM (`AutoModelForMaskedLM`, `AutoModelForCausalLM`); None lets the
+    config decide (`language_model_kind` of its `architectures`): the LM it names, else a masked LM when `lm_head`
+    (a score needs one), else the bare model (`AutoModel`, kind None; e.g. a sentence encoder).
+
+    A checkpoint that does not fill the model (missing, unexpected or mismatched keys, e.g. an encoder folder without
+    an MLM head, whose head would be random) raises a ValueError naming the folder and the keys, unless
+    `allow_unloaded_weights`. The tokenizer is read from the folder itself, else from its `tokenizer/` subfolder (a
+    pretrain run keeps one there)."""
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+
+    from .. import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
+
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
+    if kind is None:
+        kind = language_model_kind(AutoConfig.from_pretrained(name_or_path)) or ("masked" if lm_head else None)
+    auto_class = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM, None: AutoModel}[kind]
+    model, loading_info = auto_class.from_pretrained(name_or_path, output_loading_info=True)
+    if not allow_unloaded_weights:
+        hint = "Pass --allow-unloaded-weights (allow_unloaded_weights=True) to use it anyway."
+        check_weights_loaded(name_or_path, model, loading_info, hint)
+    unloaded = [key for keys in unloaded_weights(loading_info).values() for key in keys]
+    if unloaded:
+        logger.warning("%s: used although some weights did not load: %s", name_or_path, key_list(unloaded))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    except (OSError, ValueError):
+        if not (Path(name_or_path) / "tokenizer").is_dir():
+            raise
+        tokenizer = AutoTokenizer.from_pretrained(Path(name_or_path) / "tokenizer")
+    return model.eval(), tokenizer, kind
+
+
+# ------------------------------------------------------------------------------------------------------ scoring
+def _device_of(model) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """N x T_max int64 ids padded with pad_id, and the N lengths."""
+    lengths = torch.tensor([len(sequence) for sequence in sequences], dtype=torch.long)
+    ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
+    return ids, lengths
+
+
+def _budget_batches(row_lengths: torch.Tensor, batch_tokens: int) -> list[tuple[int, int]]:
+    """[start, end) slices over rows sorted by length, longest first: each batch holds as many rows as fit in
+    batch_tokens at the length of its first (longest) row, at least one."""
+    slices, start, total = [], 0, len(row_lengths)
+    while start < total:
+        size = max(1, batch_tokens // max(1, int(row_lengths[start])))
+        slices.append((start, min(total, start + size)))
+        start += size
+    return slices
+
+
+def _restricts_logits(model) -> bool:
+    """Our masked LMs run their head only on labelled positions when given labels (N x V logits): one position per
+    masked copy, so the vocabulary projection costs 1/T of the full B x T x V one."""
+    return type(model).__module__.startswith("elc_bert.")
+
+
+class _MaskedPositionsOnly:
+    """For other masked LMs: a forward pre-hook on the output projection (`get_output_embeddings()`, a Linear) keeps
+    each row's masked position only, so the vocabulary projection runs on B x 1 x H instead of B x T x H (with a 30k
+    vocabulary it would otherwise cost as much as the encoder) and the logits are B x 1 x V. `fired` tells whether
+    the hook ran on the last call; when it did not (no such Linear), the full B x T x V logits come back."""
+
+    def __init__(self, model):
+        get_output, get_input = (
+            getattr(model, "get_output_embeddings", None),
+            getattr(model, "get_input_embeddings", None),
+        )
+        projection = get_output() if callable(get_output) else None
+        embeddings = get_input() if callable(get_input) else None
+        self.module = projection if isinstance(projection, torch.nn.Linear) and projection is not embeddings else None
+        self.rows = self.positions = self.shape = None
+        self.fired = False
+
+    def select(self, rows: torch.Tensor, positions: torch.Tensor, shape: tuple[int, int]):
+        self.rows, self.positions, self.shape, self.fired = rows, positions, shape, False
+
+    def _hook(self, module, args):
+        hidden = args[0]
+        if self.rows is None or hidden.dim() != 3 or tuple(hidden.shape[:2]) != self.shape:
+            return None
+        self.fired = True
+        return (hidden[self.rows, self.positions][:, None, :], *args[1:])
+
+    def __enter__(self):
+        self.handle = self.module.register_forward_pre_hook(self._hook) if self.module is not None else None
+        return self
+
+    def __exit__(self, *exc):
+        if self.handle is not None:
+            self.handle.remove()
+
+
+def _logits(output) -> torch.Tensor:
+    return output.logits if hasattr(output, "logits") else output[0]
+
+
+class _EvalMode:
+    """Dropout off while scoring; the model's train/eval mode is restored afterwards."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __enter__(self):
+        self.was_training = self.model.training
+        self.model.eval()
+
+    def __exit__(self, *exc):
+        self.model.train(self.was_training)
+
+
+def pseudo_log_likelihoods(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = True,
+) -> list[float]:
+    """PLL of each sentence under a masked LM (sum over non-special tokens of log p(true token | sentence with that
+    token masked)), in nats, one float per input sentence. Duplicate sentences are scored once
+    (`token_pseudo_log_likelihoods` scores them)."""
+    if tokenizer.mask_token_id is None:
+        raise ValueError("pseudo-log-likelihood needs a tokenizer with a mask token (use the causal path for decoders)")
+    unique = list(dict.fromkeys(sentences))
+    if not unique:
+        return []
+    encoded = tokenizer(unique, add_special_tokens=True, return_special_tokens_mask=True)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    totals = token_pseudo_log_likelihoods(
+        model,
+        encoded["input_ids"],
+        encoded["special_tokens_mask"],
+        tokenizer.mask_token_id,
+        pad_id,
+        batch_tokens=batch_tokens,
+        progress=progress,
+    )
+    by_sentence = dict(zip(unique, totals.tolist()))
+    return [by_sentence[sentence] for sentence in sentences]
+
+
+@torch.inference_mode()
+def token_pseudo_log_likelihoods(
+    model,
+    sequences: Sequence[Sequence[int]],
+    special_tokens_mask: Sequence[Sequence[int]],
+    mask_token_id: int,
+    pad_id: int = 0,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = True,
+) -> torch.Tensor:
+    """PLL of each token sequence (its ids, special tokens included; unpadded), float64 on the CPU, one per sequence:
+    the sum over its positions t with special_tokens_mask 0 of log p(ids[t] | ids with position t masked).
+
+    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V; our own masked LMs get `labels` too
+    and return N x V logits for the masked positions only, and for others a hook on the output projection does the
+    same (`_MaskedPositionsOnly`). Runs on the model's device; log-softmax in float32."""
+    totals = torch.zeros(len(sequences), dtype=torch.float64)
+    if not sequences:
+        return totals
+    all_ids, lengths = _padded(sequences, pad_id)
+    special, _ = _padded(special_tokens_mask, 1)
+    # One row per (sequence, scored position): the masked copies of every sequence, flat.
+    row_sentence, row_position = torch.nonzero(special == 0, as_tuple=True)
+    order = torch.sort(lengths[row_sentence], descending=True, stable=True).indices
+    row_sentence, row_position = row_sentence[order], row_position[order]
+    row_lengths = lengths[row_sentence]
+
+    device = _device_of(model)
+    restrict = _restricts_logits(model)
+    head = _MaskedPositionsOnly(None if restrict else model)
+    bar = tqdm(total=len(row_sentence), desc="PLL", unit="copy", disable=not progress)
+    with _EvalMode(model), head, bar:
+        for start, end in _budget_batches(row_lengths, batch_tokens):
+            sentence, position = row_sentence[start:end], row_position[start:end]
+            length = int(row_lengths[start])
+            input_ids = all_ids[sentence, :length].clone()
+            rows = torch.arange(len(sentence))
+            targets = input_ids[rows, position].clone()
+            input_ids[rows, position] = mask_token_id
+            attention_mask = (torch.arange(length)[None, :] < row_lengths[start:end, None]).long()
+            inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
+            if restrict:
+                labels = torch.full_like(input_ids, -100)
+                labels[rows, position] = targets
+                inputs["labels"] = labels.to(device)
+            else:
+                head.select(rows.to(device), position.to(device), tuple(input_ids.shape))
+            logits = _logits(model(**inputs))
+            if head.fired:  # B x 1 x V
+                logits = logits[:, 0]
+            elif logits.dim() == 3:  # B x T x V: keep each row's masked position
+                logits = logits[rows.to(device), position.to(device)]
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            scores = log_probs.gather(1, targets.to(device)[:, None]).squeeze(1)
+            totals.index_add_(0, sentence, scores.to("cpu", torch.float64))
+            bar.update(end - start)
+    return totals
+
+
+@torch.inference_mode()
+def causal_log_likelihoods(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = True,
+) -> list[float]:
+    """Log-likelihood sum_t log p(w_t | BOS, w_<t) of each sentence under a causal LM, in nats, one float per input
+    sentence. Without a BOS token in the tokenizer the first token is context only (it cannot be predicted).
+
+    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V (right padding, so positions of real
+    tokens are unaffected by it)."""
+    unique = list(dict.fromkeys(sentences))
+    if not unique:
+        return []
+    bos = tokenizer.bos_token_id
+    encoded = tokenizer(unique, add_special_tokens=False)["input_ids"]
+    sequences = [([bos] if bos is not None else []) + ids for ids in encoded]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    all_ids, lengths = _padded(sequences, pad_id)
+    order = torch.sort(lengths, descending=True, stable=True).indices
+
+    device = _device_of(model)
+    totals = torch.zeros(len(unique), dtype=torch.float64)
+    with _EvalMode(model), tqdm(total=len(unique), desc="log-likelihood", unit="sent", disable=not progress) as bar:
+        for start, end in _budget_batches(lengths[order], batch_tokens):
+            sentence = order[start:end]
+            batch_lengths = lengths[sentence]
+            length = int(batch_lengths[0])
+            if length < 2:  # nothing to predict in any row of this batch (sorted longest first)
+                bar.update(end - start)
+                continue
+            input_ids = all_ids[sentence, :length]
+            attention_mask = (torch.arange(length)[None, :] < batch_lengths[:, None]).long()
+            logits = _logits(model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))
+            logits = logits[:, :-1]  # position t predicts token t + 1
+            targets = input_ids[:, 1:].to(device)
+            # log p = logit of the target - logsumexp; no B x T x V float32 log-softmax kept around.
+            scores = logits.gather(-1, targets[..., None]).squeeze(-1).float() - torch.logsumexp(logits.float(), -1)
+            scored = attention_mask[:, 1:].to(device).bool()
+            totals[sentence] = (scores * scored).sum(-1).to("cpu", torch.float64)
+            bar.update(end - start)
+    by_sentence = dict(zip(unique, totals.tolist()))
+    return [by_sentence[sentence] for sentence in sentences]

@@ -1,0 +1,47 @@
+"""Whether a checkpoint's weights filled a model: what `from_pretrained(..., output_loading_info=True)` reports.
+
+`transformers` fills a weight that the checkpoint lacks with a random initialisation and only logs it; a model scored,
+analysed or wrapped in that state measures its random weights. Weights the library ties to another one (a decoder to
+the word embeddings) are not reported missing when their source loaded, so they never count here.
+"""
+
+SHOWN_KEYS = 5
+
+
+def key_list(keys) -> str:
+    """The first `SHOWN_KEYS` of `keys` (sorted), then how many there are in all."""
+    keys = sorted(keys)
+    shown = ", ".join(keys[:SHOWN_KEYS])
+    return shown if len(keys) <= SHOWN_KEYS else f"{shown}, ... ({len(keys)} in all)"
+
+
+def unloaded_weights(loading_info: dict) -> dict[str, list[str]]:
+    """The keys that did not load, by why, from `from_pretrained`'s loading info: "missing" (in the model, not in the
+    checkpoint: randomly initialised), "unexpected" (in the checkpoint, not in the model: unused) and "mismatched" (of
+    another shape: randomly initialised). Empty lists when every weight loaded."""
+    mismatched = [key if isinstance(key, str) else key[0] for key in loading_info.get("mismatched_keys") or ()]
+    return {
+        "missing": sorted(loading_info.get("missing_keys") or ()),
+        "unexpected": sorted(loading_info.get("unexpected_keys") or ()),
+        "mismatched": sorted(mismatched),
+    }
+
+
+def check_weights_loaded(source, model, loading_info: dict, accept_hint: str) -> None:
+    """Raises a ValueError naming `source` (the folder or Hub name) and the keys when any weight of `model` did not
+    load (`unloaded_weights`); `accept_hint` tells how to use the model anyway. Unexpected keys of a whole module that
+    `model` does not have (the pooler and next-sentence head of a BERT pretraining checkpoint read as a masked LM) are
+    a part this task leaves out, not a failure; unexpected keys inside a module that `model` has (an ELC-BERT layer's
+    `prev_layer_weights` read by LTG-BERT) mean another architecture, and are refused."""
+    unloaded = unloaded_weights(loading_info)
+    modules = dict(model.named_modules())
+    unloaded["unexpected"] = [key for key in unloaded["unexpected"] if key.rpartition(".")[0] in modules]
+    why = {
+        "missing": "missing from the checkpoint (randomly initialised)",
+        "mismatched": "of another shape in the checkpoint (randomly initialised)",
+        "unexpected": "in the checkpoint but not in the model's modules (another architecture)",
+    }
+    problems = [f"{why[kind]}: {key_list(keys)}" for kind, keys in unloaded.items() if keys]
+    if problems:
+        problems = "; ".join(problems)
+        raise ValueError(f"{source}: the checkpoint does not fill {type(model).__name__}; {problems}. {accept_hint}")

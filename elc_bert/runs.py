@@ -1,0 +1,176 @@
+"""The run folder: what each job (`elc-bert pretrain`, `mlm`, `finetune-ner`, `finetune-glue`) writes into its
+`output_dir`, and the rules for resuming one, sharing one between processes and telling whose it is. The jobs write
+through these names and the readers (export and its model card, the scorecard, the scripts) read through them.
+
+    <job>_config.yaml           the job's resolved config (`JOB_CONFIGS`); it also says which job made the folder
+    metrics.json                pretrain, mlm: {"final": {...}, "log_history": [...]}
+    results.json, results.md    finetune-ner, finetune-glue: the summary over trials or tasks
+    n<N>/trial<t>/              finetune-ner, one trial: result.json, model/ (kept best model), .claimed (its claim)
+    glue/                       finetune-glue's own run folder inside the model's run: <task>/result.json, <task>/model/
+    tokenizer/                  pretrain: the tokenizer it trained
+    checkpoint-<step>/          the Trainer's checkpoints
+    model_fingerprints.jsonl    the sha256 of each model the run saved to publish, so that its metrics go only onto
+                                the card of a model it made
+
+Imports nothing from the rest of the package, so that every layer may import it.
+"""
+
+import hashlib
+import json
+import logging
+import re
+import zipfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+# The config file each job saves in its run folder, by the job's command name.
+JOB_CONFIGS = {
+    "pretrain": "pretrain_config.yaml",
+    "mlm": "mlm_config.yaml",
+    "finetune-ner": "finetune_ner_config.yaml",
+    "finetune-glue": "finetune_glue_config.yaml",
+}
+METRICS = "metrics.json"
+RESULTS = "results.json"
+RESULTS_TABLE = "results.md"
+RESULT = "result.json"  # one finetune-ner trial's or finetune-glue task's
+MODEL = "model"  # a kept model folder inside a trial's or task's folder
+TOKENIZER = "tokenizer"
+GLUE = "glue"
+CLAIM = ".claimed"
+MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
+CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's (transformers.trainer_utils.PREFIX_CHECKPOINT_DIR)
+LOSS_PLOT = "loss.png"  # pretrain
+EVAL_LOSS_PLOT = "eval_loss.png"  # mlm
+F1_VS_N_PLOT = "f1_vs_n.png"  # finetune-ner
+
+
+def config_file(run_dir: str | Path, job: str) -> Path:
+    return Path(run_dir) / JOB_CONFIGS[job]
+
+
+def trial_dir(run_dir: str | Path, shots: int, trial: int) -> Path:
+    """A finetune-ner trial's folder: N = `shots`, trial number `trial`."""
+    return Path(run_dir) / f"n{shots}" / f"trial{trial}"
+
+
+def trial_results(run_dir: str | Path) -> list[Path]:
+    """The result.json files of a finetune-ner run's finished trials."""
+    return sorted(Path(run_dir).glob(f"n*/trial*/{RESULT}"))
+
+
+def glue_dir(model_run_dir: str | Path) -> Path:
+    """finetune-glue's run folder for the model whose run (or model folder) is `model_run_dir`."""
+    return Path(model_run_dir) / GLUE
+
+
+def jobs_of(folder: str | Path) -> list[str]:
+    """The jobs whose config file `folder` holds: the jobs that made it (none for a folder no job wrote)."""
+    return [job for job, name in JOB_CONFIGS.items() if (Path(folder) / name).is_file()]
+
+
+def refuse_other_jobs(folder: str | Path, job: str) -> None:
+    """Refuses to let `job` write into the run folder of another job (reading it, e.g. as a model, is fine): the two
+    runs' configs, metrics and checkpoints would mix, and resuming would pick up the other job's checkpoints."""
+    others = [other for other in jobs_of(folder) if other != job]
+    if others:
+        raise ValueError(
+            f"{folder} is the run folder of `elc-bert {others[0]}` (it holds {JOB_CONFIGS[others[0]]}): `elc-bert "
+            f"{job}` does not write into another job's run; choose another output_dir"
+        )
+
+
+def checkpoints(folder: str | Path) -> list[Path]:
+    """The Trainer's checkpoint folders in `folder`, by step."""
+    pattern = re.compile(re.escape(CHECKPOINT_PREFIX) + r"(\d+)")
+    found = [p for p in Path(folder).glob(CHECKPOINT_PREFIX + "*") if p.is_dir() and pattern.fullmatch(p.name)]
+    return sorted(found, key=lambda p: int(pattern.fullmatch(p.name).group(1)))
+
+
+def last_checkpoint(folder: str | Path) -> str | None:
+    """The newest complete checkpoint in `folder` to resume from, or None (start from the beginning). A damaged one
+    (a process killed while writing it, a full disk) is passed over with a warning naming it; it is never deleted."""
+    for checkpoint in reversed(checkpoints(folder)):
+        damage = checkpoint_damage(checkpoint)
+        if damage is None:
+            return str(checkpoint)
+        logger.warning(
+            "%s is damaged (%s): passed over for an earlier checkpoint (it is left as it is)", checkpoint, damage
+        )
+    return None
+
+
+def checkpoint_damage(checkpoint: Path) -> str | None:
+    """What is wrong with a checkpoint folder, or None when it is complete. The Trainer writes trainer_state.json
+    last, so a checkpoint without it is half-written; a weights or state file cut short is caught by its format
+    (safetensors: the header's data size; torch.save: a zip archive's end record)."""
+    try:
+        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "no readable trainer_state.json"
+    for path in sorted(checkpoint.iterdir()):
+        if path.suffix == ".safetensors" and not _complete_safetensors(path):
+            return f"{path.name} is cut short"
+        if path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
+            return f"{path.name} is cut short"
+    return None
+
+
+def _complete_safetensors(path: Path) -> bool:
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        header_size = int.from_bytes(file.read(8), "little")
+        if size < 8 or header_size > size - 8:
+            return False
+        try:
+            header = json.loads(file.read(header_size))
+        except ValueError:
+            return False
+    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    return size >= 8 + header_size + max(ends, default=0)
+
+
+def fingerprint(model_dir: str | Path) -> str:
+    """The sha256 of a model folder's weights: of model.safetensors (the same as `sha256sum model.safetensors`), or
+    of its shards in name order, or of pytorch_model*.bin when it has no safetensors."""
+    model_dir = Path(model_dir)
+    files = sorted(model_dir.glob("model*.safetensors")) or sorted(model_dir.glob("pytorch_model*.bin"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no model weights (model.safetensors or pytorch_model.bin)")
+    digest = hashlib.sha256()
+    for path in files:
+        with open(path, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def record_model(run_dir: str | Path, model_dir: str | Path) -> str:
+    """Records in `run_dir` that the run saved the model in `model_dir` (a folder inside it) to publish; returns its
+    fingerprint. One appended line per model, so that processes sharing a run (finetune-ner trials) never lose one
+    another's; a later line for the same folder replaces an earlier one."""
+    run_dir = Path(run_dir)
+    digest = fingerprint(model_dir)
+    line = json.dumps({"model": Path(model_dir).relative_to(run_dir).as_posix(), "sha256": digest}) + "\n"
+    with open(run_dir / MODEL_FINGERPRINTS, "a", encoding="utf-8") as file:
+        file.write(line)
+    return digest
+
+
+def recorded_models(run_dir: str | Path) -> dict[str, str] | None:
+    """{model folder relative to `run_dir`: sha256} of the models the run recorded; None when it recorded none (a run
+    made before runs recorded them)."""
+    path = Path(run_dir) / MODEL_FINGERPRINTS
+    if not path.is_file():
+        return None
+    records = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            records[entry["model"]] = entry["sha256"]
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}, line {number}: not a {{'model': ..., 'sha256': ...}} record") from None
+    return records
