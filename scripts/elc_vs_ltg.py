@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from transformers import AutoModelForMaskedLM, AutoTokenizer  # noqa: E402
 
 import elc_bert  # noqa: E402,F401  (registers the Auto classes)
+from elc_bert import runs as runs_layout  # noqa: E402
 from elc_bert.data.text import corpus_files, read_documents  # noqa: E402
 from elc_bert.data.tokenizer import train_tokenizer  # noqa: E402
 from elc_bert.runs import METRICS  # noqa: E402
@@ -58,7 +59,7 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
     BLiMP scores) is a small folder under `results_dir`/runs, meant to be committed, so that a later session on a
     fresh clone skips finished runs."""
     base = load_config(PretrainConfig, plan["base"], plan.get("base_overrides", []))
-    tokenizer = shared_tokenizer(base, Path(plan["runs_dir"]) / "tokenizer")
+    tokenizer = shared_tokenizer(base, Path(plan["runs_dir"]) / runs_layout.TOKENIZER)
     runs = {}
     for seed in plan["seeds"]:
         for name, model_fields in plan["models"].items():
@@ -118,8 +119,7 @@ def score_checkpoints(plan: dict, runs: dict, score_missing: bool = True) -> dic
     curves = {}
     for (name, seed), summary_dir in runs.items():
         curves[(name, seed)] = {}
-        checkpoints = sorted(run_dir(plan, name, seed).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-        for checkpoint in checkpoints:
+        for checkpoint in runs_layout.checkpoints(run_dir(plan, name, seed)):
             step = int(checkpoint.name.split("-")[1])
             if step not in plan["checkpoint_blimp"].get("steps", [step]):
                 continue
@@ -129,7 +129,7 @@ def score_checkpoints(plan: dict, runs: dict, score_missing: bool = True) -> dic
                     continue
                 print(f"BLiMP ({pairs} pairs per set): {name} seed {seed}, step {step}")
                 model = AutoModelForMaskedLM.from_pretrained(checkpoint)
-                tokenizer = AutoTokenizer.from_pretrained(plan["runs_dir"] + "/tokenizer")
+                tokenizer = AutoTokenizer.from_pretrained(Path(plan["runs_dir"]) / runs_layout.TOKENIZER)
                 result = evaluate_blimp(model, tokenizer, plan["blimp"]["blimp"], max_pairs_per_set=pairs)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 kept = {key: result[key] for key in ("overall", "fields")}
@@ -157,10 +157,8 @@ def run_metrics(plan: dict, runs: dict) -> dict:
         if (summary_dir / METRICS).exists():
             metric = json.loads((summary_dir / METRICS).read_text())
         else:
-            states = sorted(
-                run_dir(plan, name, seed).glob("checkpoint-*/trainer_state.json"),
-                key=lambda p: int(p.parent.name.split("-")[1]),
-            )
+            states = [c / "trainer_state.json" for c in runs_layout.checkpoints(run_dir(plan, name, seed))]
+            states = [state for state in states if state.exists()]
             if not states:
                 continue
             metric = {"final": None, "log_history": json.loads(states[-1].read_text())["log_history"]}

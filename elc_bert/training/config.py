@@ -20,6 +20,8 @@ from typing import Any, Literal, Union
 
 import yaml
 
+from .. import runs
+
 # Keyword arguments that a transformers `PreTrainedConfig` takes beyond its dataclass fields.
 CONFIG_KEYWORDS = {"num_labels": int, "attn_implementation": str | None, "output_attentions": bool}
 
@@ -358,7 +360,7 @@ def save_config(config, path: str | Path) -> None:
     will resume), the config must be the one it was started with: a different one raises ValueError naming the
     fields that differ, instead of resuming a mismatched checkpoint."""
     path = Path(path)
-    has_checkpoint = any(path.parent.glob("checkpoint-*"))
+    has_checkpoint = bool(runs.checkpoints(path.parent))
     if has_checkpoint and path.exists():
         with open(path, encoding="utf-8") as handle:
             saved = yaml.safe_load(handle) or {}
