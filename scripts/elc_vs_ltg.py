@@ -33,6 +33,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from transformers import AutoModelForMaskedLM, AutoTokenizer  # noqa: E402
 
 import elc_bert  # noqa: E402,F401  (registers the Auto classes)
+from elc_bert import plots  # noqa: E402
 from elc_bert import runs as runs_layout  # noqa: E402
 from elc_bert.data.text import corpus_files, read_documents  # noqa: E402
 from elc_bert.data.tokenizer import train_tokenizer  # noqa: E402
@@ -284,16 +285,8 @@ def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path
 
 
 def plot_alpha(elc_runs: list, path: Path):
-    figure, axes = plt.subplots(1, len(elc_runs), figsize=(4 * len(elc_runs), 3.4), squeeze=False)
-    for axis, ((name, seed), run) in zip(axes[0], elc_runs):
-        alpha = np.array(json.loads((run / "alpha.json").read_text()))
-        image = axis.imshow(alpha, cmap="viridis", vmin=0, vmax=1)
-        axis.set(title=f"{name} seed {seed}", xlabel="source y_j (0 = embeddings)", ylabel="block n")
-        axis.set_xticks(range(alpha.shape[1]))
-        axis.set_yticks(range(alpha.shape[0]), [str(n) for n in range(1, alpha.shape[0] + 1)])
-    figure.colorbar(image, ax=axes[0].tolist())
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    panels = {f"{name} seed {seed}": json.loads((run / "alpha.json").read_text()) for (name, seed), run in elc_runs}
+    plots.plot_layer_weights(path, panels)
 
 
 def main():

@@ -13,6 +13,7 @@ experiment and N), and with the plan's `fe_vs_ft` pair the fine-tuning vs featur
 import argparse
 import dataclasses
 import json
+import logging
 from pathlib import Path
 
 import matplotlib
@@ -21,6 +22,7 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from elc_bert.plots import plot_depth_profile  # noqa: E402
 from elc_bert.runs import RESULT, trial_dir  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
@@ -107,17 +109,12 @@ def write(results: dict, plan: dict, results_dir: Path):
     figure.savefig(results_dir / "f1_vs_n.png", dpi=120)
     plt.close(figure)
 
-    rows = [(f"{name} N={n}", weights) for (name, _), r in results.items() for n, weights in r["depth_weights"].items()]
-    if rows:
-        figure, axis = plt.subplots(figsize=(6, 0.5 * len(rows) + 1.5))
-        image = axis.imshow([weights for _, weights in rows], cmap="viridis", aspect="auto")
-        axis.set_yticks(range(len(rows)), [label for label, _ in rows])
-        axis.set_xticks(range(len(rows[0][1])), ["emb"] + [str(i) for i in range(1, len(rows[0][1]))])
-        axis.set(xlabel="MiniLM state", title="DWAtt mean depth weights (dev tokens)")
-        figure.colorbar(image)
-        figure.tight_layout()
-        figure.savefig(results_dir / "dwatt_depth_weights.png", dpi=120)
-        plt.close(figure)
+    profiles = {}
+    for (name, _), result in results.items():
+        for n, weights in result["depth_weights"].items():
+            profiles[f"{name} N={n}"] = weights
+    if profiles:
+        plot_depth_profile(results_dir / "dwatt_depth_weights.png", profiles, "DWAtt mean depth weights (dev tokens)")
 
 
 def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
@@ -175,6 +172,7 @@ def main():
     parser.add_argument("--heads", nargs="*", help="heads from the plan (default: all); tables list these only")
     parser.add_argument("--report", action="store_true", help="train nothing: tables and plots of the finished trials")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the jobs' progress lines
     plan = yaml.safe_load(args.plan.read_text())
     names = args.experiments or list(plan["experiments"])
     heads = args.heads or list(plan["heads"])

@@ -17,7 +17,7 @@ import yaml
 
 from elc_bert.analysis import analyze, load_sentences
 from elc_bert.analysis.report import load_model
-from elc_bert.training.finetune_ner import resolve_model
+from elc_bert.runs import resolve_model
 
 
 def main():

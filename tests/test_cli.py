@@ -135,3 +135,41 @@ def test_counts_below_one_are_refused_by_flag(capsys, monkeypatch, arguments, fl
         main(arguments)
     assert exit_info.value.code == 2
     assert f"argument {flag}: must be >= 1" in capsys.readouterr().err
+
+
+def test_only_the_cli_prints():
+    """The library logs through `logging` (a caller decides what is shown); only cli.py prints, what the user asked
+    for: results tables, the overall line, the folder written."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "elc_bert"
+    printing = []
+    for path in sorted(package.rglob("*.py")):
+        if path == package / "cli.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+                printing.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert printing == []
+
+
+def test_the_package_logs_show_on_stderr_while_a_command_runs(tmp_path, capsys, monkeypatch):
+    """What the library logs at INFO and above (a resumed evaluation, a skipped task) reaches the user of the command,
+    on stderr, apart from the results on stdout; the handler goes when the command ends."""
+    import logging
+
+    import elc_bert.evaluation.scorecard as scorecard
+
+    real = scorecard.scorecard
+
+    def logging_scorecard(run_dir):
+        logging.getLogger("elc_bert.evaluation.scorecard").info("reading %s", run_dir)
+        return real(run_dir)
+
+    monkeypatch.setattr(scorecard, "scorecard", logging_scorecard)
+    handlers = list(logging.getLogger("elc_bert").handlers)
+    main(["scorecard", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert f"reading {tmp_path}\n" in captured.err and "reading" not in captured.out
+    assert "| n/a | n/a | n/a | n/a | n/a |" in captured.out
+    assert logging.getLogger("elc_bert").handlers == handlers

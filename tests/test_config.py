@@ -360,3 +360,20 @@ def test_typed_config_resumes_with_the_config_it_saved(tmp_path):
     assert load_config(PretrainConfig, run / "pretrain_config.yaml", []) == config
     with pytest.raises(ValueError, match=r"learning_rate: 0.0002 -> 0.001"):
         save_config(dataclasses.replace(config, learning_rate=1e-3), run / "pretrain_config.yaml")
+
+
+def test_training_arguments_have_one_owner(tmp_path):
+    """Every job's TrainingArguments come from `training_arguments`: the shared settings, then the job's, then the
+    user's `training.*` keys, which win over both."""
+    from elc_bert.training.arguments import training_arguments
+
+    accelerator = torch.accelerator.current_accelerator() is not None
+    args = training_arguments(tmp_path / "run", 7, {}, logging_steps=5, save_strategy="no")
+    assert (args.output_dir, args.seed, args.logging_steps) == (str(tmp_path / "run"), 7, 5)
+    assert args.report_to == [] and args.dataloader_pin_memory == accelerator
+    overrides = {"logging_steps": 2, "seed": 3, "dataloader_pin_memory": not accelerator}
+    args = training_arguments(tmp_path / "run", 7, overrides, logging_steps=5, save_strategy="no")
+    assert (args.logging_steps, args.seed, args.dataloader_pin_memory) == (2, 3, not accelerator)
+    training = Path(elc_bert.__file__).parent / "training"
+    builders = [path.name for path in training.glob("*.py") if "TrainingArguments(" in path.read_text()]
+    assert builders == ["arguments.py"]

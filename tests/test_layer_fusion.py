@@ -25,6 +25,7 @@ from transformers import (
     RobertaConfig,
     XLMRobertaConfig,
 )
+from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.models.bert.modeling_bert import BertLayer
 
 from elc_bert import (
@@ -380,6 +381,41 @@ def test_extra_layers_are_backbone_layers(kind):
     assert any(not torch.equal(p, fresh[name]) for name, p in own[-1].named_parameters() if name in fresh)
 
 
+@pytest.mark.parametrize(
+    "kind, overrides",
+    [
+        ("bert", {}),
+        ("elc_bert", {}),
+        ("elc_bert", {"elc_variant": "weighted_output"}),
+        ("elc_bert", {"layer_combination": "residual"}),
+    ],
+    ids=["bert", "elc_bert", "elc_bert-weighted_output", "ltg_bert"],
+)
+def test_extra_layers_match_a_naive_loop(kind, overrides):
+    """Base+n against a loop written here: on ELC-BERT every extra block reads softmax(theta) over all the states
+    before it (z_0..z_L, z_L the backbone's output, then the earlier extra blocks); elsewhere the stream continues."""
+    model = build(LayerFusionModel, kind=kind, fusion="extra_layers", backbone_overrides=overrides, num_extra_layers=2)
+    input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(model.config.backbone_config))
+    backbone, captured = model.backbone, {}
+    first = backbone.encoder if kind == "elc_bert" else backbone.encoder.layer[0]
+    handle = first.register_forward_pre_hook(lambda module, args, kwargs: captured.update(args=args), with_kwargs=True)
+    with torch.no_grad():
+        fused = model(input_ids, attention_mask=attention_mask).last_hidden_state
+        handle.remove()
+        output = backbone(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        states = [*output.hidden_states[:-1], output.last_hidden_state]
+        block_inputs = captured["args"][1:4] if kind == "elc_bert" else captured["args"][1:2]
+        hidden = states[-1]
+        for layer in model.fusion.layers:
+            if hasattr(layer, "prev_layer_weights"):
+                weights = torch.softmax(layer.prev_layer_weights, 0)
+                hidden = sum(weight * state for weight, state in zip(weights, states))
+            hidden = layer(hidden, *block_inputs)
+            hidden = hidden[0] if isinstance(hidden, tuple) else hidden
+            states.append(hidden)
+    check_close(fused, hidden, 1e-5, "Base+n", attention_mask)
+
+
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_token_classification_train_step_and_save_load(kind, fusion, tmp_path):
@@ -427,6 +463,41 @@ def test_every_fusion_and_head_parameter_gets_a_gradient(kind, fusion):
         if not name.startswith("layer_fusion.backbone.") and param.requires_grad and param.grad is None
     ]
     assert not dead, f"{kind}/{fusion}: trainable parameters without gradient: {dead}"
+
+
+def test_mean_depth_weights_is_dwatt_averaged_over_real_tokens():
+    model = build(LayerFusionForTokenClassification, fusion="dwatt", num_labels=3)
+    perturb(model.base_model.fusion, seed=3)
+    batches = [
+        dict(zip(("input_ids", "attention_mask"), make_batch(lengths, seed=i)))
+        for i, lengths in enumerate([LENGTHS, [5, 5]])
+    ]
+    with torch.no_grad():
+        weights = [model.base_model(**batch).depth_weights[batch["attention_mask"].bool()] for batch in batches]
+    expected = torch.cat(weights).mean(0)
+    profile = model.base_model.mean_depth_weights(batches)
+    assert profile == pytest.approx(expected.tolist(), abs=1e-6) and sum(profile) == pytest.approx(1.0, abs=1e-5)
+    with pytest.raises(ValueError, match="fusion='dwatt', not 'concat'"):
+        build(LayerFusionModel, fusion="concat").mean_depth_weights(batches)
+
+
+@pytest.mark.parametrize(
+    "model_class, loss_type",
+    [
+        (LayerFusionForTokenClassification, "ForTokenClassification"),
+        (LayerFusionForSequenceClassification, "ForSequenceClassification"),
+        (LayerFusionForMaskedLM, "ForMaskedLM"),
+    ],
+)
+def test_heads_compute_their_loss_with_the_library_loss_function(model_class, loss_type):
+    """The heads' losses are the `transformers` ones their class names select (`loss_function`), so a loss function
+    set on the model is the one used."""
+    model = build(model_class, fusion="dwatt", num_labels=3)
+    assert model.loss_function is LOSS_MAPPING[loss_type]
+    input_ids, attention_mask = make_batch(LENGTHS)
+    labels = torch.tensor([0, 2, 1]) if model_class is LayerFusionForSequenceClassification else input_ids % 3
+    model.loss_function = lambda *args, **kwargs: torch.tensor(7.0)
+    assert model(input_ids, attention_mask=attention_mask, labels=labels).loss.item() == 7.0
 
 
 def test_sequence_classification_runs():

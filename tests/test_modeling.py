@@ -1,8 +1,10 @@
 """The ELC-BERT / LTG-BERT models: numerics against the naive reference, padding, long inputs, hidden states and
 attentions, ELC layer weights, tying, gradient checkpointing, bf16, the Auto classes, the task heads, init."""
 
+import gc
 import math
 import os
+import weakref
 
 import pytest
 import torch
@@ -26,6 +28,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
+from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.utils import ModelOutput
 
 from elc_bert import (
@@ -606,6 +609,27 @@ def test_task_head_loss_and_backward(model_class, arch):
         torch.testing.assert_close(out.loss.double(), expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "model_class, loss_type",
+    [
+        (ElcBertForMaskedLM, "ForMaskedLM"),
+        (ElcBertForSequenceClassification, "ForSequenceClassification"),
+        (ElcBertForTokenClassification, "ForTokenClassification"),
+        (ElcBertForQuestionAnswering, "ForQuestionAnswering"),
+    ],
+    ids=lambda value: class_id(value) if isinstance(value, type) else None,
+)
+def test_heads_compute_their_loss_with_the_library_loss_function(model_class, loss_type):
+    """The heads' losses are the `transformers` ones their class names select (`loss_function`), so a loss function
+    set on the model is the one used."""
+    model = task_model(model_class)
+    assert model.loss_function is LOSS_MAPPING[loss_type]
+    input_ids, attention_mask = task_inputs(model_class)
+    model.loss_function = lambda *args, **kwargs: torch.tensor(7.0)
+    out = model(input_ids, attention_mask=attention_mask, **_labels_for(model_class, input_ids, attention_mask))
+    assert out.loss.item() == 7.0
+
+
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse_prediction"])
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
 def test_masked_lm_logits_with_labels(arch, sparse):
@@ -732,6 +756,23 @@ def test_gradients_match_autograd_through_naive_reference(reference_checkpoint, 
     for our_name, ref_name in pairs.items():
         expected = leaves[ref_name].grad
         assert_close(ours[our_name].grad, expected, atol=1e-6 + 1e-4 * expected.abs().max().item(), what=our_name)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+def test_a_forward_pass_leaves_no_reference_cycle(arch):
+    """The mixtures' shared state (LayerStack) keeps no tensor of the graph past the forward pass: outputs and their
+    graph are freed as soon as they are dropped, without waiting for the garbage collector."""
+    model = task_model(ElcBertModel, arch).train()
+    input_ids, attention_mask = padded_batch([11, 7, 4])
+    gc.collect()
+    gc.disable()
+    try:
+        out = model(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        states = [weakref.ref(state) for state in (out.last_hidden_state, *out.hidden_states)]
+        del out
+        assert all(state() is None for state in states)
+    finally:
+        gc.enable()
 
 
 def test_layer_stack_backward_twice_and_from_an_intermediate_state():

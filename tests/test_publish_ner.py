@@ -42,8 +42,8 @@ with torch.no_grad():
     logits = model(**inputs).logits
 tagger = pipeline("token-classification", model=model, tokenizer=tokenizer, trust_remote_code=True)
 entities = tagger(SENTENCE)
-print("REPORT " + json.dumps({"module": type(model).__module__, "logits": logits.tolist(), "labels": model.config.id2label,
-                  "entities": [entity["entity"] for entity in entities]}))
+report = {"module": type(model).__module__, "logits": logits.tolist(), "labels": model.config.id2label}
+print("REPORT " + json.dumps({**report, "entities": [entity["entity"] for entity in entities]}))
 """
 
 

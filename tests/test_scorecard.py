@@ -44,6 +44,8 @@ def test_full_scorecard_aggregate(tmp_path, capsys):
     table = (run / "scorecard.md").read_text()
     assert f"| {0.5 * 78.0 + 0.3 * glue_mean + 0.2 * 25.0:.1f} |" in table
     assert "| ELC-BERT strict-small (paper) | 75.8 | n/a | 73.7 | 29.4 | 65.9 |" in table
+    assert capsys.readouterr().out == ""  # the library prints nothing: `elc-bert scorecard` prints the table
+    main(["scorecard", str(run)])
     assert table in capsys.readouterr().out
     assert json.loads((run / "scorecard.json").read_text())["ours"]["aggregate"] == pytest.approx(ours["aggregate"])
     assert (run / "scorecard.png").stat().st_size > 1000
@@ -58,7 +60,7 @@ def test_paper_row_is_consistent_with_the_formula():
 def test_missing_msgs_and_glue_tasks_give_a_labelled_partial_aggregate(tmp_path):
     present = {entry: GLUE_SCORES[entry] for entry in ("cola", "mrpc", "rte", "wsc")}
     run = make_run(tmp_path / "run", msgs=None, supplement=None, glue=present)
-    card = scorecard(run, quiet=True)
+    card = scorecard(run)
     ours = card["ours"]
     glue_mean = 100 * sum(present.values()) / 4
     assert ours["aggregate"] is None

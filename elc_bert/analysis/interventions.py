@@ -8,33 +8,24 @@ of layers on the same input and averages their outputs (k times, feeding the ave
         outputs = model(**batch)
     # here the model is exactly as before
 
-Residual stacks (BERT, RoBERTa, XLM-R, LTG-BERT, Llama-style decoders) run the plan's layers in order on the residual
-stream. Decoders: run with `use_cache=False` (a repeated layer would write its KV-cache slot twice); rotary position
-embeddings are computed once per forward and handed to every layer, so reordering keeps them right.
+Stock residual stacks (BERT, RoBERTa, XLM-R, Llama-style decoders) run the plan's layers in order on the residual
+stream: inside the block their layer list holds the plan's steps. Decoders: run with `use_cache=False` (a repeated
+layer would write its KV-cache slot twice); rotary position embeddings are computed once per forward and handed to
+every layer, so reordering keeps them right.
 
-ELC-BERT has no single stream: block n reads softmax(theta^(n)) over the states y_0..y_{n-1}. Under a plan every
-state keeps its identity (block j's output fills slot y_{j+1}; a block run again overwrites its slot), and each block
-reads its own mixture over the slots filled so far, renormalised (a softmax over their logits only). So a skipped
-block contributes nothing to any later mixture, and the identity plan is the plain forward. In a parallel group every
-block reads the state before the group and writes its own slot.
+ELC-BERT and LTG-BERT encoders run plans themselves (`ElcBertEncoder.use_layer_plan`, whose docstring gives the ELC
+semantics: every state keeps its slot, each block reads its own mixture over the slots filled so far).
 """
 
 import contextlib
 import random
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from ..models.modeling_elc_bert import Parallel, check_layer_plan
+
 STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """Layers run on the same input, outputs averaged; `iterations` > 1 feeds the average back (looped parallel)."""
-
-    layers: tuple[int, ...]
-    iterations: int = 1
 
 
 def painters_plan(strategy: str, num_layers: int, start: int, seed: int = 0, iterations: int = 3) -> list:
@@ -118,27 +109,16 @@ class _ParallelBlock(nn.Module):
         return hidden_states
 
 
-def _check(plan: list, total: int):
-    for step in plan:
-        indices = step.layers if isinstance(step, Parallel) else (step,)
-        for index in indices:
-            if not isinstance(index, int) or not 0 <= index < total:
-                raise ValueError(f"layer plan step {step!r}: layer indices must be ints in 0..{total - 1}")
-
-
 @contextlib.contextmanager
 def apply_layer_plan(model: nn.Module, plan: list):
     """Runs `model` with its layers as `plan` says inside the `with` block; restores it exactly on leaving."""
     owner, name = layer_list(model)
-    original = getattr(owner, name)
-    _check(plan, len(original))
-    if getattr(owner, "elc", False):  # ELC-BERT's encoder: mixtures over the slots, see the module docstring
-        owner.forward = _elc_forward(owner, plan)
-        try:
+    if hasattr(owner, "use_layer_plan"):  # our encoders run plans through their own hook
+        with owner.use_layer_plan(plan):
             yield model
-        finally:
-            del owner.forward  # the instance attribute; the class's forward is back
         return
+    original = getattr(owner, name)
+    check_layer_plan(plan, len(original))
     steps = [
         _ParallelBlock([original[i] for i in step.layers], step.iterations)
         if isinstance(step, Parallel)
@@ -151,53 +131,6 @@ def apply_layer_plan(model: nn.Module, plan: list):
         yield model
     finally:
         owner._modules[name] = original
-
-
-def _elc_forward(encoder, plan: list):
-    """ELC-BERT's encoder forward under `plan` (slot semantics of the module docstring), written as plain tensor
-    code: analysis runs are short, and the mixture need not be the training path's fused one."""
-    layers = encoder.layers
-
-    def mix(layer, slots: dict) -> torch.Tensor:
-        filled = sorted(index for index in slots if index < len(layer.prev_layer_weights))  # y_0..y_{n-1}
-        logits = layer.prev_layer_weights[filled]
-        weights = torch.softmax(logits.float(), dim=0)
-        return sum(w.to(slots[i].dtype) * slots[i] for w, i in zip(weights, filled))
-
-    def forward(
-        embeddings,
-        relative_embedding,
-        position_buckets,
-        attention_mask=None,
-        output_attentions=False,
-        output_hidden_states=False,
-    ):
-        slots, states, attentions = {0: embeddings}, [embeddings], []
-        output = embeddings
-        for step in plan:
-            group = step.layers if isinstance(step, Parallel) else (step,)
-            iterations = step.iterations if isinstance(step, Parallel) else 1
-            for _ in range(iterations):
-                outputs = {}
-                for index in group:
-                    layer = layers[index]
-                    output, probabilities = layer(
-                        mix(layer, slots), relative_embedding, position_buckets, attention_mask
-                    )
-                    outputs[index + 1] = output
-                    if probabilities is not None:
-                        attentions.append(probabilities)
-                slots.update(outputs)
-                output = torch.stack(list(outputs.values())).mean(0)
-            if output_hidden_states:
-                states.append(output)
-        if hasattr(encoder, "output_layer_weights"):
-            filled = sorted(slots)
-            weights = torch.softmax(encoder.output_layer_weights[filled].float(), dim=0)
-            output = sum(w.to(slots[i].dtype) * slots[i] for w, i in zip(weights, filled))
-        return output, states, attentions
-
-    return forward
 
 
 @contextlib.contextmanager

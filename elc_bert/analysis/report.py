@@ -5,14 +5,10 @@ import gzip
 import json
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from ..evaluation.scoring import load_model as load_language_model  # noqa: E402
-from .interventions import STRATEGIES  # noqa: E402
-from .metrics import (  # noqa: E402
+from .. import plots
+from ..evaluation.scoring import load_model as load_language_model
+from .interventions import STRATEGIES
+from .metrics import (
     PseudoPerplexity,
     TaskMetric,
     depth_profiles,
@@ -96,7 +92,7 @@ def analyze(
     }
     (out_dir / "report.json").write_text(json.dumps(report, indent=2))
     (out_dir / "report.md").write_text(markdown(report))
-    plots(report, out_dir)
+    write_plots(report, out_dir)
     return report
 
 
@@ -150,28 +146,27 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plots(report: dict, out_dir: Path):
+def write_plots(report: dict, out_dir: Path):
     representation = report["representation"]
     for key, title in (("cosine_map", "cosine"), ("cka_map", "linear CKA")):
-        figure, axis = plt.subplots(figsize=(5, 4.2))
+        figure = plots.new_figure(5, 4.2)
+        axis = figure.subplots()
         image = axis.imshow(representation[key], cmap="viridis", vmin=0, vmax=1)
         axis.set(title=f"Layer-stream similarity ({title})", xlabel="h_j", ylabel="h_i")
         figure.colorbar(image)
-        figure.tight_layout()
-        figure.savefig(out_dir / f"similarity_{'cosine' if key == 'cosine_map' else 'cka'}.png", dpi=120)
-        plt.close(figure)
+        plots.save(figure, out_dir / f"similarity_{'cosine' if key == 'cosine_map' else 'cka'}.png")
 
-    figure, axis = plt.subplots(figsize=(6, 3.6))
+    figure = plots.new_figure(6, 3.6)
+    axis = figure.subplots()
     for key in ("block_influence", "angular_distance", "relative_magnitude"):
         axis.plot(representation[key], marker="o", label=key.replace("_", " "))
     axis.set(xlabel="layer", title="Layer stream metrics")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(out_dir / "layer_metrics.png", dpi=120)
-    plt.close(figure)
+    plots.save(figure, out_dir / "layer_metrics.png")
 
     loo = report["leave_one_out"]
-    figure, axis = plt.subplots(figsize=(6, 3.6))
+    figure = plots.new_figure(6, 3.6)
+    axis = figure.subplots()
     values = [row["metric"] for row in loo["layers"]]
     axis.bar(
         range(len(values)), values, color=["tab:green" if row["removal_helps"] else "tab:blue" for row in loo["layers"]]
@@ -179,30 +174,25 @@ def plots(report: dict, out_dir: Path):
     axis.axhline(loo["baseline"], color="black", linestyle="--", label="no layer skipped")
     axis.set(xlabel="layer skipped", ylabel=loo["metric"], title="Leave-one-out (green: removal helps)")
     axis.legend()
-    figure.tight_layout()
-    figure.savefig(out_dir / "leave_one_out.png", dpi=120)
-    plt.close(figure)
+    plots.save(figure, out_dir / "leave_one_out.png")
 
     if report["painters"]:
         painters = report["painters"]
-        figure, axis = plt.subplots(figsize=(6, 4))
+        figure = plots.new_figure(6, 4)
+        axis = figure.subplots()
         for strategy, points in painters["curves"].items():
             axis.plot([p["middle_layers"] for p in points], [p["metric"] for p in points], marker="o", label=strategy)
         axis.axhline(painters["baseline"], color="black", linestyle="--", label="unmodified")
         axis.set(xlabel="middle layers changed (M)", ylabel=painters["metric"], title="Painters sweep")
         axis.legend(fontsize=8)
-        figure.tight_layout()
-        figure.savefig(out_dir / "painters_sweep.png", dpi=120)
-        plt.close(figure)
+        plots.save(figure, out_dir / "painters_sweep.png")
 
     profiles = report["depth_profiles"]
-    if profiles:
-        figure, axes = plt.subplots(1, len(profiles), figsize=(5 * len(profiles), 4), squeeze=False)
-        for axis, (key, values) in zip(axes[0], profiles.items()):
-            matrix = values if isinstance(values[0], list) else [values]
-            image = axis.imshow(matrix, cmap="viridis", vmin=0, vmax=1, aspect="auto")
-            axis.set(title=key.replace("_", " "), xlabel="source state (0 = embeddings)")
-            figure.colorbar(image, ax=axis)
-        figure.tight_layout()
-        figure.savefig(out_dir / "depth_profiles.png", dpi=120)
-        plt.close(figure)
+    if profiles:  # ELC-BERT's alpha and/or DWAtt's depth weights over the text sample, one panel each
+        figure = plots.new_figure(5 * len(profiles), 4)
+        for axis, (key, values) in zip(figure.subplots(1, len(profiles), squeeze=False)[0], profiles.items()):
+            if key == "alpha":
+                figure.colorbar(plots.draw_layer_weights(axis, values), ax=axis)
+            else:
+                plots.draw_depth_profile(axis, {"text sample": values})
+        plots.save(figure, out_dir / "depth_profiles.png")

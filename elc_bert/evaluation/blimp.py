@@ -7,6 +7,7 @@ gzip or not, or a single file.
 
 import hashlib
 import json
+import logging
 import math
 import time
 from pathlib import Path
@@ -14,8 +15,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .. import plots
 from ..data.jsonl import read_jsonl
-from .scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, load_model, pseudo_log_likelihoods
+from .scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, pseudo_log_likelihoods
+
+logger = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl.gz", ".jsonl")
 CHANCE = 0.5
@@ -67,6 +71,12 @@ def load_minimal_pairs(data: str | Path) -> dict[str, list[dict]]:
     if not sets:
         raise FileNotFoundError(f"{data}: no .jsonl or .jsonl.gz files in this folder")
     return sets
+
+
+def report_name(data: str | Path) -> str:
+    """The default name of the report on `data`: a single file's set name, else the folder's name."""
+    data = Path(data)
+    return (_set_name(data) or data.stem) if data.is_file() else data.name
 
 
 # ------------------------------------------------------------------------------------------------------ report
@@ -143,14 +153,10 @@ def _markdown(results: dict) -> str:
 
 
 def _bar_chart(results: dict, path: Path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fields = list(results["fields"])
     values = [100 * results["fields"][field] for field in fields]
-    figure, axes = plt.subplots(figsize=(max(4.0, 0.9 * len(fields) + 2), 4))
+    figure = plots.new_figure(max(4.0, 0.9 * len(fields) + 2), 4)
+    axes = figure.subplots()
     axes.bar(range(len(fields)), values, color="tab:blue")
     axes.axhline(100 * CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
     overall = 100 * results["overall"]
@@ -160,9 +166,7 @@ def _bar_chart(results: dict, path: Path):
     axes.set_ylabel("accuracy (%)")
     axes.set_title(f"{results['name']}: accuracy per field ({results['method']})")
     axes.legend(fontsize=8, loc="lower right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plots.save(figure, path)
 
 
 def write_report(results: dict, out_dir: str | Path, name: str) -> None:
@@ -207,7 +211,7 @@ class _PartialScores:
                 row = _json_or_none(line)
                 if row is not None:
                     self.scores[row.pop("set")] = row
-            print(f"{path}: resuming after {len(self.scores)} scored sets")
+            logger.info("%s: resuming after %d scored sets", path, len(self.scores))
             path.write_text(
                 "".join(json.dumps(row) + "\n" for row in [header, *({"set": k, **v} for k, v in self.scores.items())]),
                 encoding="utf-8",
@@ -215,7 +219,9 @@ class _PartialScores:
             return
         if lines:
             stale = path.with_name(path.name + ".stale")
-            print(f"{path}: partial scores of another model or data set aside as {stale.name}; scoring from the start")
+            logger.warning(
+                "%s: partial scores of another model or data set aside as %s; scoring from the start", path, stale.name
+            )
             path.replace(stale)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
@@ -302,44 +308,4 @@ def evaluate_blimp(
     if out_dir is not None:
         write_report(results, out_dir, name)
         partial.path.unlink(missing_ok=True)
-    return results
-
-
-# --------------------------------------------------------------------------------------------------------- CLI
-def eval_blimp_cli(args) -> dict:
-    """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line. The model
-    loads as the causal LM its config names (or with --causal), else as a masked LM; weights that did not load are
-    refused unless --allow-unloaded-weights (`scoring.load_model`). The data is read first, so that a malformed file
-    is reported before the model loads."""
-    data = Path(args.data)
-    load_minimal_pairs(data)
-    model, tokenizer, kind = load_model(
-        args.model,
-        "causal" if args.causal else None,
-        lm_head=True,
-        allow_unloaded_weights=args.allow_unloaded_weights,
-    )
-    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    name = args.name or (_set_name(data) or data.stem if data.is_file() else data.name)
-    if args.out:
-        out_dir = Path(args.out)
-    elif Path(args.model).is_dir():
-        out_dir = Path(args.model) / "eval"
-    else:
-        out_dir = Path("outputs") / "eval-blimp" / args.model.replace("/", "__")
-    options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
-    results = evaluate_blimp(
-        model,
-        tokenizer,
-        data,
-        out_dir,
-        name=name,
-        max_pairs_per_set=args.max_pairs_per_set,
-        causal=kind == "causal",
-        **options,
-    )
-    print(
-        f"{name}: {100 * results['overall']:.1f}% (mean over {results['num_sets']} sets, {results['total']} pairs, "
-        f"{results['method']}); {results['sentences_per_second']:.1f} sentences/s; report in {out_dir}/{name}.md"
-    )
     return results

@@ -23,10 +23,10 @@ import json
 import math
 from pathlib import Path
 
-from .. import runs
+from .. import plots, runs
+from ..data.glue import BABYLM_ENTRIES as GLUE_ENTRIES
 
 WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
-GLUE_ENTRIES = ["cola", "sst2", "mrpc", "qqp", "mnli", "mnli-mm", "qnli", "rte", "boolq", "multirc", "wsc"]
 COLUMNS = ["blimp", "supplement", "glue", "msgs"]
 TITLES = {"blimp": "BLiMP", "supplement": "Supplement", "glue": "GLUE", "msgs": "MSGS", "aggregate": "Aggregate"}
 # ELC-BERT, BabyLM 2023 strict-small, paper Table 1 (../shared/docs/elc-bert.md and notes/elc-bert-reference-notes.md).
@@ -189,13 +189,9 @@ def markdown(card: dict) -> str:
 
 def bar_chart(card: dict, path: Path) -> None:
     """Grouped bars, ours beside the paper, per column; missing values are left out."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     columns = [*COLUMNS, "aggregate"]
-    figure, axes = plt.subplots(figsize=(7, 4))
+    figure = plots.new_figure(7, 4)
+    axes = figure.subplots()
     for offset, (row, label) in enumerate([(card["ours"], "ours"), (card["paper"], "paper")]):
         values = [
             row[c] if row[c] is not None else (row.get("partial_aggregate") if c == "aggregate" else None)
@@ -211,19 +207,15 @@ def bar_chart(card: dict, path: Path) -> None:
     axes.set_title("BabyLM scorecard")
     axes.grid(axis="y", alpha=0.3)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    plots.save(figure, path)
 
 
-def scorecard(run_dir: str | Path, quiet: bool = False) -> dict:
-    """Builds the scorecard of `run_dir`, writes scorecard.json / .md / .png there, prints the table; returns it."""
+def scorecard(run_dir: str | Path) -> dict:
+    """Builds the scorecard of `run_dir`, writes scorecard.json / .md (the tables, `markdown`) / .png there; returns
+    it."""
     card = build_scorecard(run_dir)
     run_dir = Path(run_dir)
     (run_dir / "scorecard.json").write_text(json.dumps(card, indent=2) + "\n")
-    table = markdown(card)
-    (run_dir / "scorecard.md").write_text(table)
+    (run_dir / "scorecard.md").write_text(markdown(card))
     bar_chart(card, run_dir / "scorecard.png")
-    if not quiet:
-        print(table)
     return card

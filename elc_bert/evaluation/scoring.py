@@ -16,11 +16,11 @@ many sentences at once and padding is rare.
 
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from .. import runs
 from ..models.loading import check_weights_loaded, key_list, unloaded_weights
 
 logger = logging.getLogger(__name__)
@@ -84,14 +84,17 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
 
     A checkpoint that does not fill the model (missing, unexpected or mismatched keys, e.g. an encoder folder without
     an MLM head, whose head would be random) raises a ValueError naming the folder and the keys, unless
-    `allow_unloaded_weights`. The tokenizer is read from the folder itself, else from its `tokenizer/` subfolder (a
-    pretrain run keeps one there)."""
+    `allow_unloaded_weights`. `name_or_path` may be an alias (`runs.resolve_model`); the tokenizer is the one
+    `runs.find_tokenizer` finds (the folder's own, else its `tokenizer/` subfolder's: a pretrain run keeps one
+    there), looked for before the model loads."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
     from .. import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
 
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
+    name_or_path = runs.resolve_model(str(name_or_path))
+    tokenizer_source = runs.find_tokenizer([name_or_path])
     if kind is None:
         kind = language_model_kind(AutoConfig.from_pretrained(name_or_path)) or ("masked" if lm_head else None)
     auto_class = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM, None: AutoModel}[kind]
@@ -102,12 +105,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     unloaded = [key for keys in unloaded_weights(loading_info).values() for key in keys]
     if unloaded:
         logger.warning("%s: used although some weights did not load: %s", name_or_path, key_list(unloaded))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-    except (OSError, ValueError):
-        if not (Path(name_or_path) / "tokenizer").is_dir():
-            raise
-        tokenizer = AutoTokenizer.from_pretrained(Path(name_or_path) / "tokenizer")
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
     return model.eval(), tokenizer, kind
 
 

@@ -26,7 +26,6 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")
 RUN_FILES = (runs.METRICS, runs.RESULTS, *runs.JOB_CONFIGS.values())
 
 
@@ -145,23 +144,6 @@ def write_remote_code(model_class, out_dir: Path) -> dict:
     return auto_map(config_class, family)
 
 
-def find_tokenizer(candidates: list[Path | str | None]) -> str:
-    """The first candidate that is a tokenizer folder (or its `tokenizer/` subfolder); a non-folder string is taken
-    as a Hub name."""
-    for candidate in candidates:
-        if candidate is None:
-            continue
-        if not Path(candidate).is_dir():
-            if isinstance(candidate, str):
-                return candidate
-            continue
-        for folder in (Path(candidate), Path(candidate) / runs.TOKENIZER):
-            if any((folder / name).is_file() for name in TOKENIZER_FILES):
-                return str(folder)
-    searched = [str(c) for c in candidates if c is not None]
-    raise FileNotFoundError(f"no tokenizer in {searched} (or their tokenizer/ subfolders): pass --tokenizer")
-
-
 def _run_start_model(run_dir: Path | None) -> str | None:
     """The `model` a fine-tuning run (mlm, finetune-ner) started from, as its resolved config names it."""
     import yaml
@@ -233,14 +215,14 @@ def export(
     license: str = "apache-2.0",
     templates_dir: str | Path | None = None,
     overwrite: bool = False,
-    resolve_name=None,
 ) -> Path:
     """Writes the Hub-ready folder of the model in `source` (a model folder or a run directory) to `out_dir`.
 
     `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card, and must be the run
-    that saved the model (`model_of_run`); `tokenizer` is used when neither the model folder nor the run holds one,
-    else the model the run started from (its config's `model`, e.g. an `elc-bert mlm` run), passed through
-    `resolve_name` (the CLI's alias resolution) when given; `repo_id` (USER/NAME) goes into the card's snippets.
+    that saved the model (`model_of_run`); the tokenizer is `tokenizer` (a folder, Hub name or alias) when given,
+    else the first found (`runs.find_tokenizer`) in the model folder, the source, the run, or the model the run
+    started from (its config's `model`, e.g. an `elc-bert mlm` run); `repo_id` (USER/NAME) goes into the card's
+    snippets.
     """
     source, out_dir = Path(source), Path(out_dir)
     if not source.is_dir():
@@ -267,16 +249,21 @@ def export(
         name=out_dir.name,  # not the scratch folder's
     )
     with written_in_place_of(out_dir) as scratch:
-        _write_export(source, model_dir, scratch, run_dir, tokenizer, resolve_name, card)
+        _write_export(source, model_dir, scratch, run_dir, tokenizer, card)
     return out_dir
 
 
-def _write_export(source, model_dir, out_dir, run_dir, tokenizer, resolve_name, card: dict):
+def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
     from transformers import AutoTokenizer
 
     from .model_card import write_model_card
 
     model_class = model_class_of(model_dir)
+    candidates = [tokenizer] if tokenizer is not None else [model_dir, source, run_dir, _run_start_model(run_dir)]
+    try:
+        tokenizer_source = runs.find_tokenizer(candidates)  # before the model loads: a missing one is named at once
+    except FileNotFoundError as error:
+        raise FileNotFoundError(f"{error}: pass --tokenizer") from None
     model, info = model_class.from_pretrained(model_dir, output_loading_info=True)
     if info["missing_keys"] or info["mismatched_keys"]:
         raise ValueError(
@@ -290,10 +277,6 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, resolve_name, 
     config["auto_map"] = write_remote_code(model_class, out_dir)
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
-    started_from = _run_start_model(run_dir)
-    if started_from is not None and resolve_name is not None:
-        started_from = resolve_name(started_from)
-    tokenizer_source = find_tokenizer([tokenizer, model_dir, source, run_dir, started_from])
     AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(out_dir)
     write_model_card(out_dir, model, **card)
 

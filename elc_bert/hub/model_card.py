@@ -15,17 +15,14 @@ from importlib.metadata import metadata as package_metadata
 from pathlib import Path
 from string import Template
 
-import matplotlib
+import torch
+import transformers
+import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-import yaml  # noqa: E402
-
-import elc_bert  # noqa: E402
-from elc_bert import runs  # noqa: E402
-from elc_bert.models import ElcBertModel, LayerFusionModel  # noqa: E402
+import elc_bert
+from elc_bert import plots, runs
+from elc_bert.models import ElcBertModel, LayerFusionModel
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
@@ -165,18 +162,25 @@ def run_corpora(run: dict) -> tuple[list[Corpus], list[Corpus]]:
     return [], []
 
 
-def _result(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -> dict:
-    entry = {"name": corpus.name, "type": corpus.path, "split": split}
-    if corpus.config:
-        entry["config"] = corpus.config
-    return {
-        "task": {"type": task[0], "name": task[1]},
-        "dataset": entry,
-        "metrics": [{"type": kind, "value": value, "name": label} for kind, label, value in metrics],
-    }
+def _results(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -> list[EvalResult]:
+    """One model-index entry per (metric type, label, value) of `metrics`, measured on `split` of `corpus`."""
+    return [
+        EvalResult(
+            task_type=task[0],
+            task_name=task[1],
+            dataset_type=corpus.path,
+            dataset_name=corpus.name,
+            dataset_config=corpus.config,
+            dataset_split=split,
+            metric_type=kind,
+            metric_name=label,
+            metric_value=value,
+        )
+        for kind, label, value in metrics
+    ]
 
 
-def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list[str]]:
+def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult], list[str]]:
     """The model-index results and the Markdown table rows of what the run measured (and nothing else)."""
     kind, config, metrics = run["kind"], run["config"], run["metrics"]
     _, evaluation = run_corpora(run)
@@ -185,13 +189,11 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list
         if "eval_loss" in metrics:
             validation = ", ".join(corpus.name for corpus in evaluation) or "validation files"
             dataset = evaluation[0] if len(evaluation) == 1 else Corpus(validation, validation)
-            results.append(
-                _result(
-                    ("fill-mask", "Masked language modelling"),
-                    dataset,
-                    "validation",
-                    [("loss", "validation MLM loss", metrics["eval_loss"])],
-                )
+            results += _results(
+                ("fill-mask", "Masked language modelling"),
+                dataset,
+                "validation",
+                [("loss", "validation MLM loss", metrics["eval_loss"])],
             )
             rows.append(f"| validation MLM loss ({validation}) | {metrics['eval_loss']:.4f} |")
         if "train_loss" in metrics:
@@ -205,7 +207,7 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list
                 if f"{split}_{metric}" in metrics
             ]
             if pairs:
-                results.append(_result(("fill-mask", "Masked language modelling"), dataset, split, pairs))
+                results += _results(("fill-mask", "Masked language modelling"), dataset, split, pairs)
                 rows.extend(f"| {dataset.name} {label} | {value:.4f} |" for _, label, value in pairs)
     elif kind == "finetune-ner":
         dataset = evaluation[0] if evaluation else Corpus(config.get("dataset", "NER"), config.get("dataset", "NER"))
@@ -219,7 +221,7 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[dict], list
                 continue
             trials = len(value.get("best_dev_f1", []))
             label = f"best dev micro-F1, N={key[1:]} {unit}, mean of {trials} trials"
-            results.append(_result(task, dataset, "validation", [("f1", label, value["mean"])]))
+            results += _results(task, dataset, "validation", [("f1", label, value["mean"])])
             per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get("best_dev_f1", []))
             rows.append(f"| {label} | {100 * value['mean']:.1f} +- {100 * value['ci95']:.1f} ({per_trial}) |")
     return results, rows
@@ -291,49 +293,18 @@ def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
     )
 
 
-def _alpha_heatmap(backbone: ElcBertModel, path: Path) -> None:
-    alpha = backbone.layer_weights().numpy()  # L x (L+1)
-    layers = alpha.shape[0]
-    figure, axes = plt.subplots(figsize=(max(4.5, 1.5 + 0.45 * (layers + 1)), max(3.0, 1.2 + 0.4 * layers)))
-    image = axes.imshow(alpha, cmap="viridis", vmin=0.0, vmax=1.0)
-    axes.set_xticks(range(layers + 1), ["emb"] + [str(i) for i in range(1, layers + 1)])
-    axes.set_yticks(range(layers), [str(i) for i in range(1, layers + 1)])
-    axes.set_xlabel("source state (emb = y_0)")
-    axes.set_ylabel("block n")
-    axes.set_title("ELC layer weights alpha")
-    if layers <= 12:
-        for row in range(layers):
-            for column in range(row + 1):
-                color = "black" if alpha[row, column] > 0.6 else "white"  # readable on viridis' light end
-                axes.text(column, row, f"{alpha[row, column]:.2f}", ha="center", va="center", fontsize=7, color=color)
-    figure.colorbar(image, ax=axes)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-
-
-def _depth_profile(run_dir: Path, path: Path) -> bool:
-    """DWAtt's mean depth weights per N (mean over the run's trials), when the run recorded them."""
-    profiles = {}
+def recorded_depth_profiles(run_dir: Path) -> dict[str, list[float]]:
+    """DWAtt's mean depth weights per N (the mean over the run's trials), labelled, as the run's trials recorded them
+    (empty when none did)."""
+    by_shots = {}
     for result_file in runs.trial_results(run_dir):
         result = json.loads(result_file.read_text(encoding="utf-8"))
         if "mean_depth_weights" in result:
-            profiles.setdefault(result["shots"], []).append(result["mean_depth_weights"])
-    if not profiles:
-        return False
-    figure, axes = plt.subplots(figsize=(6, 4))
-    for shots, weights in sorted(profiles.items()):
-        mean = [statistics.fmean(column) for column in zip(*weights)]
-        axes.plot(range(len(mean)), mean, marker="o", label=f"N={shots} ({len(weights)} trials)")
-    axes.set_xlabel("fused state (0 = embeddings)")
-    axes.set_ylabel("mean DWAtt weight")
-    axes.set_title("DWAtt depth profile (dev tokens)")
-    axes.grid(alpha=0.3)
-    axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
+            by_shots.setdefault(result["shots"], []).append(result["mean_depth_weights"])
+    return {
+        f"N={shots} ({len(weights)} trials)": [statistics.fmean(column) for column in zip(*weights)]
+        for shots, weights in sorted(by_shots.items())
+    }
 
 
 def _figures(model, run: dict, out_dir: Path) -> str:
@@ -341,7 +312,7 @@ def _figures(model, run: dict, out_dir: Path) -> str:
     base = model.base_model
     backbone = base.backbone if isinstance(base, LayerFusionModel) else base
     if isinstance(backbone, ElcBertModel) and backbone.encoder.elc:
-        _alpha_heatmap(backbone, out_dir / "alpha.png")
+        plots.plot_layer_weights(out_dir / "alpha.png", {"ELC layer weights alpha": backbone.layer_weights().tolist()})
         figures.append(
             (
                 "alpha.png",
@@ -349,7 +320,9 @@ def _figures(model, run: dict, out_dir: Path) -> str:
             )
         )
     run_dir = run.get("dir")
-    if run_dir is not None and run["kind"] == "finetune-ner" and _depth_profile(run_dir, out_dir / "depth_profile.png"):
+    profiles = recorded_depth_profiles(run_dir) if run_dir is not None and run["kind"] == "finetune-ner" else {}
+    if profiles:
+        plots.plot_depth_profile(out_dir / "depth_profile.png", profiles, "DWAtt depth profile (dev tokens)")
         figures.append(("depth_profile.png", "DWAtt depth profile: mean weight of each fused state over dev tokens."))
     copies = {
         runs.LOSS_PLOT: "Training (and validation) MLM loss of the run.",
@@ -425,31 +398,34 @@ def _auto_class_name(model) -> str:
     raise ValueError(f"{type(model).__name__} has no Auto class")
 
 
-def render_model_card(
-    model,
-    *,
-    run_dir=None,
-    run_model=None,
-    repo_id=None,
-    license="apache-2.0",
-    templates_dir=None,
-    out_dir: Path,
-    source="",
-    name=None,
-) -> str:
-    """The README.md text; writes the card's images into `out_dir`. `run_model`: where in `run_dir` the run saved
-    the exported weights (`export.model_of_run`); `name`: the card's title without `repo_id` (default: the name of
-    `out_dir`)."""
-    templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
-    run = read_run(Path(run_dir) if run_dir is not None else None)
+def pipeline_of(model) -> tuple[str, str]:
+    """(the Hub's pipeline tag, the task's name) of the model's head."""
     class_name = type(model).__name__
     suffix = next((s for s in PIPELINE_TAGS if class_name.endswith(s)), None)
-    pipeline_tag, task_name = PIPELINE_TAGS.get(suffix, ("feature-extraction", "Feature extraction"))
-    results, rows = measured_results(run, (pipeline_tag, task_name))
-    title = repo_id.split("/")[-1] if repo_id else (name or out_dir.name)
-    count = sum(p.numel() for p in model.parameters())
-    num_parameters = f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
+    return PIPELINE_TAGS.get(suffix, ("feature-extraction", "Feature extraction"))
 
+
+def parameter_count(model) -> str:
+    count = sum(p.numel() for p in model.parameters())
+    return f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
+
+
+def base_model(run: dict) -> str | None:
+    """The Hub model a fine-tuning run (mlm, finetune-ner) started from, as its config names it: an id `owner/name`
+    or an alias of one (`runs.MODEL_ALIASES`); None for a local folder or a run that started from scratch."""
+    if run["kind"] not in ("mlm", "finetune-ner"):
+        return None
+    name = str(run["config"].get("model") or "")
+    if name in runs.MODEL_ALIASES:
+        return runs.MODEL_ALIASES[name].hub_id
+    return name if _is_hub_name(name) and name.count("/") == 1 else None
+
+
+def card_data(model, run: dict, title: str, license: str) -> tuple[ModelCardData, list[str]]:
+    """The card's metadata (what the Hub reads: license, tags, pipeline, datasets, base model, model-index of the
+    run's measured results) and the Markdown rows of those results."""
+    pipeline_tag, task_name = pipeline_of(model)
+    results, rows = measured_results(run, (pipeline_tag, task_name))
     is_fusion = isinstance(model.base_model, LayerFusionModel)
     tags = ["layer-fusion", model.config.fusion] if is_fusion else ["elc-bert", "ltg-bert"]
     if is_fusion and model.config.backbone_config.model_type == "elc_bert":
@@ -457,29 +433,27 @@ def render_model_card(
     tags += [pipeline_tag, "custom_code"]
     training, evaluation = run_corpora(run)
     datasets = list(dict.fromkeys(corpus.path for corpus in training + evaluation if corpus.on_hub))  # Hub ids only
-    metadata = {"license": license, "language": ["en"], "library_name": "transformers", "pipeline_tag": pipeline_tag}
-    metadata["tags"] = tags
-    if datasets:
-        metadata["datasets"] = datasets
-    if results:
-        metadata["model-index"] = [{"name": title, "results": results}]
+    data = ModelCardData(
+        license=license,
+        language=["en"],
+        library_name="transformers",
+        pipeline_tag=pipeline_tag,
+        tags=tags,
+        datasets=datasets or None,
+        base_model=base_model(run),
+        model_name=title,
+        eval_results=results or None,
+    )
+    return data, rows
 
-    results_text = (
-        "| metric | value |\n|---|---|\n" + "\n".join(rows)
-        if rows
-        else "No evaluation results: the export was given no run that measured any."
-    )
-    if rows:
-        results_text = f"Measured by the run in `{run['dir']}`:\n\n" + results_text
-    auto_class = _auto_class_name(model)
-    usage = _fill(
-        templates_dir,
-        "usage.md",
-        auto_class=auto_class,
-        repo_id=repo_id or "USER/NAME",
-        example=EXAMPLES.get(auto_class, ""),
-        install=install_instructions(),
-    )
+
+def _results_text(run: dict, rows: list[str]) -> str:
+    if not rows:
+        return "No evaluation results: the export was given no run that measured any."
+    return f"Measured by the run in `{run['dir']}`:\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
+
+
+def _limitations(model, run: dict, templates_dir: Path, num_parameters: str) -> str:
     size_note = f"Small: {num_parameters} parameters"
     if run["kind"] == "pretrain":
         size_note += f", pretrained for {run['config'].get('max_steps')} optimizer steps"
@@ -495,37 +469,70 @@ def render_model_card(
                 else "optimistic; no test-set score was measured."
             )
         )
-    if is_fusion and model.config.freeze_backbone:
+    if isinstance(model.base_model, LayerFusionModel) and model.config.freeze_backbone:
         extra.append("- The backbone is frozen: only the fusion module and the head were trained.")
-    limitations = _fill(templates_dir, "limitations.md", size_note=size_note, extra_limitations="\n".join(extra))
-    code_files = ", ".join(sorted(p.name for p in out_dir.glob("*.py")))
-    summary = f"{task_name} model ({class_name}, {num_parameters} parameters) built with the `elc_bert` package."
-    return (
-        _fill(
-            templates_dir,
-            "model_card.md",
-            metadata=yaml.safe_dump(metadata, sort_keys=False, allow_unicode=True).strip(),
-            title=title,
-            summary=summary,
-            architecture=_architecture(model, templates_dir, num_parameters),
-            training=_training_text(run, str(source), run_model),
-            results=results_text,
-            figures=_figures(model, run, out_dir),
-            usage=usage,
-            limitations=limitations,
-            package_version=elc_bert.__version__,
-            transformers_version=transformers.__version__,
-            source=source,
-            code_files=code_files,
-        )
-        + "\n"
+    return _fill(templates_dir, "limitations.md", size_note=size_note, extra_limitations="\n".join(extra))
+
+
+def _usage(model, templates_dir: Path, repo_id: str | None) -> str:
+    auto_class = _auto_class_name(model)
+    return _fill(
+        templates_dir,
+        "usage.md",
+        auto_class=auto_class,
+        repo_id=repo_id or "USER/NAME",
+        example=EXAMPLES.get(auto_class, ""),
+        install=install_instructions(),
     )
+
+
+def model_card(
+    model,
+    *,
+    run_dir=None,
+    run_model=None,
+    repo_id=None,
+    license="apache-2.0",
+    templates_dir=None,
+    out_dir: Path,
+    source="",
+    name=None,
+) -> ModelCard:
+    """The model card (README.md) of `model`; writes the card's images into `out_dir`. `run_model`: where in
+    `run_dir` the run saved the exported weights (`export.model_of_run`); `name`: the card's title without `repo_id`
+    (default: the name of `out_dir`)."""
+    templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
+    run = read_run(Path(run_dir) if run_dir is not None else None)
+    title = repo_id.split("/")[-1] if repo_id else (name or out_dir.name)
+    num_parameters = parameter_count(model)
+    data, rows = card_data(model, run, title, license)
+    _, task_name = pipeline_of(model)
+    code_files = ", ".join(sorted(p.name for p in out_dir.glob("*.py")))
+    text = _fill(
+        templates_dir,
+        "model_card.md",
+        metadata=data.to_yaml(),
+        title=title,
+        summary=f"{task_name} model ({type(model).__name__}, {num_parameters} parameters) built with the `elc_bert` "
+        "package.",
+        architecture=_architecture(model, templates_dir, num_parameters),
+        training=_training_text(run, str(source), run_model),
+        results=_results_text(run, rows),
+        figures=_figures(model, run, out_dir),
+        usage=_usage(model, templates_dir, repo_id),
+        limitations=_limitations(model, run, templates_dir, num_parameters),
+        package_version=elc_bert.__version__,
+        transformers_version=transformers.__version__,
+        source=source,
+        code_files=code_files,
+    )
+    return ModelCard(text + "\n")
 
 
 @torch.no_grad()
 def write_model_card(out_dir: Path, model, **kwargs) -> Path:
-    """Writes README.md (and its images) into `out_dir`; keyword arguments as for `render_model_card`."""
+    """Writes README.md (and its images) into `out_dir`; keyword arguments as for `model_card`."""
     out_dir = Path(out_dir)
     path = out_dir / "README.md"
-    path.write_text(render_model_card(model, out_dir=out_dir, **kwargs), encoding="utf-8")
+    model_card(model, out_dir=out_dir, **kwargs).save(path)
     return path

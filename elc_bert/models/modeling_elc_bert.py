@@ -4,7 +4,9 @@ Written from the equations of ../shared/docs/elc-bert.md. Tensors are batch-firs
 terms enter `scaled_dot_product_attention` as an additive bias built from one bucket table shared by all layers.
 """
 
+import contextlib
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -63,10 +65,14 @@ class ElcBertEmbeddings(nn.Module):
         self.relative_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps)
 
     def forward(self, input_ids=None, inputs_embeds=None):
-        """Returns y_0 (B x T x D) and the normalised relative table R~ ((2P-1) x D)."""
+        """Returns y_0 (B x T x D)."""
         if inputs_embeds is None:
             inputs_embeds = self.word_embeddings(input_ids)
-        return self.dropout(self.word_layer_norm(inputs_embeds)), self.relative_layer_norm(self.relative_embedding)
+        return self.dropout(self.word_layer_norm(inputs_embeds))
+
+    def relative_table(self) -> torch.Tensor:
+        """The normalised relative-position table R~ ((2P-1) x D) that every block reads."""
+        return self.relative_layer_norm(self.relative_embedding)
 
 
 def eager_attention_forward(
@@ -221,40 +227,64 @@ class ElcBertLayer(GradientCheckpointingLayer):
 
 
 class LayerStack:
-    """The states y_0, y_1, ... of one forward pass and the mixtures sum_i alpha_i y_i that the blocks read.
+    """The states y_0, y_1, ... of one forward pass (slot n holds y_n) and the mixtures sum_i alpha_i y_i that the
+    blocks read: `write(n, y_n)` fills a slot; `mix(logits)` returns the mixture of the filled slots among the first
+    len(logits), with alpha the softmax of their logits (renormalised over the filled ones when some are empty).
 
-    Run eagerly, the states sit in one preallocated S x B x T x D buffer, so that each mixture is a single
+    Fused (the encoder's own forward, run eagerly): the slots are written in order 0, 1, 2, ... and each mixture reads
+    all of them. The states sit in one preallocated S x B x T x D buffer, so that each mixture is a single
     matrix-vector product and its backward a single rank-one update of a gradient buffer of the same shape (plain
     autograd would run one multiply-add per (layer, source) pair, forward and backward: L(L+1)/2 passes over
-    B x T x D each way). Under `torch.compile` or `torch.export` the mixture is plain tensor code instead, which the
-    compiler fuses into one kernel per mixture; the hand-written backward keeps Python state that a graph cannot hold.
+    B x T x D each way). Plain (`fused=False`: layer plans, whose slots may be skipped or written again, and blocks
+    stacked on states computed elsewhere; always under `torch.compile` or `torch.export`): the sum as written, which
+    the compiler fuses into one kernel per mixture; the hand-written backward keeps Python state that a graph cannot
+    hold.
     """
 
-    def __init__(self, first: torch.Tensor, size: int):
-        self.traced = torch.compiler.is_compiling()
-        if self.traced:
-            self.states = []
-        else:
+    def __init__(self, first: torch.Tensor, size: int, fused: bool = True):
+        """first: y_0 (B x T x D); size: S, the number of slots (y_0..y_{S-1})."""
+        self.fused = fused and not torch.compiler.is_compiling()
+        if self.fused:
             dtype = torch.promote_types(first.dtype, torch.float32)
             self.states = first.new_empty((size, first.numel()), dtype=dtype)
-        self.count = 0
+        else:
+            self.states = {}
+        self.count = 0  # fused: the slots filled so far
+        self.newest = None  # fused: the state of the last filled slot, the one each mixture's graph links to
         self.gradients = None
         self.last_backward = None  # the depth of the mixture whose backward ran last
+        self.write(0, first)
 
-    def push_and_mix(self, state: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """Appends `state`, then returns the mixture of everything pushed so far with weights softmax(logits)."""
-        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
-        if self.traced:  # the sum as written, which the compiler turns into one kernel without stacking the states
-            self.states.append(state)
-            weights = weights.to(state.dtype)
-            mixed = weights[0] * self.states[0]
-            for weight, earlier in zip(weights[1:], self.states[1:]):
-                mixed = mixed + weight * earlier
-            return mixed
+    def write(self, slot: int, state: torch.Tensor) -> None:
+        """Fills `slot` with `state` (B x T x D); fused, in order only."""
+        if not self.fused:
+            self.states[slot] = state
+            return
+        if slot != self.count:
+            raise ValueError(f"a fused LayerStack fills its slots in order: slot {slot} after {self.count}")
         with torch.no_grad():
-            self.states[self.count].copy_(state.reshape(-1))
-        self.count += 1
-        return _LayerMixture.apply(weights, state, self, self.count)
+            self.states[slot].copy_(state.reshape(-1))
+        self.count, self.newest = slot + 1, state
+
+    def mix(self, logits: torch.Tensor) -> torch.Tensor:
+        """sum_i softmax(logits)_i y_i over the filled slots i < len(logits) (B x T x D)."""
+        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
+        if self.fused:
+            # Each written state is read by the one next mixture, which takes it out of the stack: held here past
+            # the forward pass, it would keep a reference cycle (stack -> state -> graph -> mixture -> stack) alive.
+            newest, self.newest = self.newest, None
+            if newest is None:
+                raise ValueError("a fused LayerStack mixes once after each write")
+            return _LayerMixture.apply(weights, newest, self, self.count)
+        filled = [slot for slot in sorted(self.states) if slot < len(logits)]
+        if len(filled) < len(logits):  # a layer plan left slots empty: the softmax over the filled ones' logits
+            weights = torch.softmax(logits[filled], dim=0, dtype=torch.float32)
+        states = [self.states[slot] for slot in filled]
+        weights = weights.to(states[0].dtype)
+        mixed = weights[0] * states[0]
+        for weight, state in zip(weights[1:], states[1:]):
+            mixed = mixed + weight * state
+        return mixed
 
 
 class _LayerMixture(torch.autograd.Function):
@@ -291,13 +321,55 @@ class _LayerMixture(torch.autograd.Function):
         return grad_weights.to(weights.dtype), rows[count - 1].view(ctx.shape).to(ctx.dtype), None, None
 
 
+@dataclass(frozen=True)
+class Parallel:
+    """A layer-plan step: `layers` run on the same input and their outputs are averaged; `iterations` > 1 feeds the
+    average back (looped parallel)."""
+
+    layers: tuple[int, ...]
+    iterations: int = 1
+
+
+def check_layer_plan(plan: list, num_layers: int) -> None:
+    """Raises ValueError naming the first step of `plan` (block indices and `Parallel` groups) whose indices are not
+    ints in 0..num_layers-1."""
+    for step in plan:
+        indices = step.layers if isinstance(step, Parallel) else (step,)
+        for index in indices:
+            if not isinstance(index, int) or not 0 <= index < num_layers:
+                raise ValueError(f"layer plan step {step!r}: layer indices must be ints in 0..{num_layers - 1}")
+
+
 class ElcBertEncoder(nn.Module):
+    """The blocks, each once in order, or as the layer plan of `use_layer_plan` says (Sun et al., "Transformer Layers
+    as Painters": blocks skipped, reordered, repeated or run in parallel; see docs/layer-analysis.md).
+
+    ELC: block n reads its mixture of the states before it (`LayerStack`). Under a plan every state keeps its
+    identity: block j's output fills slot y_{j+1} (a block run again overwrites it) and each block reads its mixture
+    over the slots filled so far, renormalised; so a skipped block counts in no later mixture, and the plan of every
+    block in order is the plain forward. LTG-BERT: the blocks continue the residual stream in the plan's order. In a
+    `Parallel` group every block reads the states as they were before the group; the mean of the group's outputs is
+    what the stream and `hidden_states` carry on.
+    """
+
     def __init__(self, config: ElcBertConfig):
         super().__init__()
         self.elc = config.layer_combination == "elc"
         self.layers = nn.ModuleList(ElcBertLayer(config, i) for i in range(config.num_hidden_layers))
         if self.elc and config.elc_variant == "weighted_output":
             self.output_layer_weights = nn.Parameter(torch.zeros(config.num_hidden_layers + 1))
+        self.layer_plan = None  # None: every block once, in order; else the steps set by `use_layer_plan`
+
+    @contextlib.contextmanager
+    def use_layer_plan(self, plan: list):
+        """Runs the blocks as `plan` says inside the `with` block: a list of steps, each a block index or a `Parallel`
+        group. Weights and modules stay as they are; on leaving, the encoder runs as before."""
+        check_layer_plan(plan, len(self.layers))
+        previous, self.layer_plan = self.layer_plan, list(plan)
+        try:
+            yield self
+        finally:
+            self.layer_plan = previous
 
     def forward(
         self,
@@ -311,21 +383,39 @@ class ElcBertEncoder(nn.Module):
         """embeddings: y_0 (B x T x D); attention_mask: the mask of `create_bidirectional_mask` or None.
 
         Returns the model output, the states y_0..y_L (ELC) or the stream after each block (LTG-BERT; with
-        `output_hidden_states`), and the attention probabilities of each block (with `output_attentions`)."""
+        `output_hidden_states`; under a layer plan, the output of each step), and the attention probabilities of each
+        block run (with `output_attentions`)."""
+        plan = range(len(self.layers)) if self.layer_plan is None else self.layer_plan
+        stack = LayerStack(embeddings, len(self.layers) + 1, fused=self.layer_plan is None) if self.elc else None
         states, attentions = [embeddings], []
-        stack = LayerStack(embeddings, len(self.layers) + 1) if self.elc else None
-        output = embeddings
-        for layer in self.layers:
-            hidden_states = stack.push_and_mix(output, layer.prev_layer_weights) if self.elc else output
-            output, probabilities = layer(
-                hidden_states, relative_embedding, position_buckets, attention_mask, output_attentions=output_attentions
-            )
+        output, written = embeddings, []
+        for step in plan:
+            group, iterations = (step.layers, step.iterations) if isinstance(step, Parallel) else ((step,), 1)
+            for _ in range(iterations):
+                for slot, state in written:  # the last group's outputs fill their slots before the next mixture
+                    stack.write(slot, state)
+                outputs = []
+                for index in group:
+                    layer = self.layers[index]
+                    hidden_states = stack.mix(layer.prev_layer_weights) if self.elc else output
+                    block_output, probabilities = layer(
+                        hidden_states,
+                        relative_embedding,
+                        position_buckets,
+                        attention_mask,
+                        output_attentions=output_attentions,
+                    )
+                    outputs.append(block_output)
+                    if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
+                        attentions.append(probabilities)
+                written = [(index + 1, block_output) for index, block_output in zip(group, outputs)] if self.elc else []
+                output = outputs[0] if len(outputs) == 1 else torch.stack(outputs).mean(0)
             if output_hidden_states:
                 states.append(output)
-            if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
-                attentions.append(probabilities)
         if hasattr(self, "output_layer_weights"):
-            output = stack.push_and_mix(output, self.output_layer_weights)
+            for slot, state in written:
+                stack.write(slot, state)
+            output = stack.mix(self.output_layer_weights)
         return output, states, attentions
 
 
@@ -441,6 +531,14 @@ class ElcBertModel(ElcBertPreTrainedModel):
             return self.position_bucket_table[:length, :length]
         return self._bucket_table(length, device)
 
+    def block_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple:
+        """What every block reads besides its input, for B x T x D `hidden_states` and a B x T `attention_mask` (1 for
+        real tokens, or None): the normalised relative-position table R~ ((2P-1) x D), the T x T bucket table and the
+        mask of `create_bidirectional_mask`. Blocks stacked on this model's states (Base+n) read the same."""
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        buckets = self.position_buckets(hidden_states.shape[1], hidden_states.device)
+        return self.embeddings.relative_table(), buckets, mask
+
     @can_return_tuple
     def forward(
         self,
@@ -465,17 +563,10 @@ class ElcBertModel(ElcBertPreTrainedModel):
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        embeddings, relative_embedding = self.embeddings(input_ids, inputs_embeds)
-        length = embeddings.shape[1]
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=embeddings, attention_mask=attention_mask)
+        embeddings = self.embeddings(input_ids, inputs_embeds)
         want_states = wants_hidden_states(output_hidden_states)
         last_hidden_state, states, attentions = self.encoder(
-            embeddings,
-            relative_embedding,
-            self.position_buckets(length, embeddings.device),
-            mask,
-            output_attentions,
-            want_states,
+            embeddings, *self.block_inputs(embeddings, attention_mask), output_attentions, want_states
         )
         return BaseModelOutput(
             last_hidden_state=last_hidden_state,
@@ -519,31 +610,6 @@ def check_shape(name: str, tensor: torch.Tensor | None, input_ids: torch.Tensor)
         raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
 
 
-def sequence_classification_loss(config, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """The loss of `config.problem_type` (inferred once, as `transformers` does: one label regresses, integer labels
-    classify, float label vectors are multi-label). logits: B x num_labels; labels: B, or B x num_labels."""
-    if config.problem_type is None:
-        if config.num_labels == 1:
-            config.problem_type = "regression"
-        elif labels.dtype in (torch.long, torch.int):
-            config.problem_type = "single_label_classification"
-        else:
-            config.problem_type = "multi_label_classification"
-    if config.problem_type == "regression":
-        return F.mse_loss(logits.squeeze(-1).float(), labels.float().view(-1))
-    if config.problem_type == "single_label_classification":
-        return F.cross_entropy(logits.float(), labels.view(-1))
-    return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
-
-
-def token_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-    """Cross entropy summed over the labelled items (labels != -100) of N x C logits, divided by their number, or by
-    the Trainer's `num_items_in_batch` (the count over all accumulated micro-batches) when it passes one."""
-    total = F.cross_entropy(logits.float(), labels, reduction="sum")
-    count = (labels != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
-    return total / count.to(total.device).clamp(min=1)
-
-
 class ElcBertForMaskedLM(ElcBertPreTrainedModel):
     _tied_weights_keys = {"lm_head.decoder.weight": "elc_bert.embeddings.word_embeddings.weight"}
     _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^classifier\."]
@@ -561,41 +627,23 @@ class ElcBertForMaskedLM(ElcBertPreTrainedModel):
         self.lm_head.decoder = new_embeddings
 
     @can_return_tuple
-    def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        output_attentions=None,
-        output_hidden_states=None,
-        num_items_in_batch=None,
-        **kwargs,
-    ) -> MaskedLMOutput:
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs) -> MaskedLMOutput:
         """labels: B x T, -100 where not scored. logits: B x T x V; with `config.sparse_prediction` and labels, the
-        head runs on the labelled positions only and `logits` is N x V for those N positions (row-major order)."""
+        head runs on the labelled positions only and `logits` is N x V for those N positions (row-major order).
+
+        In every head, `kwargs` are those of `ElcBertModel.forward` (`output_hidden_states`, ...) and the loss's (the
+        Trainer's `num_items_in_batch`)."""
         if input_ids is not None:
             check_shape("labels", labels, input_ids)
-        outputs = self.elc_bert(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         sequence_output = outputs.last_hidden_state
-        loss = None
-        if labels is None:
-            logits = self.lm_head(sequence_output)
-        elif self.config.sparse_prediction:
+        if labels is not None and self.config.sparse_prediction:
             scored = labels != -100
-            logits = self.lm_head(sequence_output[scored])
-            loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
-        else:
-            logits = self.lm_head(sequence_output)
-            loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
+            sequence_output, labels = sequence_output[scored], labels[scored]
+        logits = self.lm_head(sequence_output)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
         return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -611,29 +659,14 @@ class ElcBertForSequenceClassification(ElcBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        output_attentions=None,
-        output_hidden_states=None,
-        **kwargs,
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs
     ) -> SequenceClassifierOutput:
         """Classifies each sequence from its first ([CLS]) position. labels: B (class ids, or floats to regress)."""
-        outputs = self.elc_bert(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         logits = self.classifier(outputs.last_hidden_state[:, 0])
         loss = None
         if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels)
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
         return SequenceClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -649,32 +682,16 @@ class ElcBertForTokenClassification(ElcBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        output_attentions=None,
-        output_hidden_states=None,
-        num_items_in_batch=None,
-        **kwargs,
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs
     ) -> TokenClassifierOutput:
         """Labels every position. labels: B x T, -100 where not scored; logits: B x T x num_labels."""
         if input_ids is not None:
             check_shape("labels", labels, input_ids)
-        outputs = self.elc_bert(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         logits = self.classifier(outputs.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
         return TokenClassifierOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )
@@ -689,16 +706,7 @@ class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
-        inputs_embeds=None,
-        labels=None,
-        output_attentions=None,
-        output_hidden_states=None,
-        **kwargs,
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs
     ) -> MultipleChoiceModelOutput:
         """input_ids: B x C x T (C choices); one logit per choice from its [CLS] position; labels: B."""
         source = input_ids if input_ids is not None else inputs_embeds
@@ -707,8 +715,7 @@ class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
             input_ids.flatten(0, 1) if input_ids is not None else None,
             attention_mask=attention_mask.flatten(0, 1) if attention_mask is not None else None,
             inputs_embeds=inputs_embeds.flatten(0, 1) if inputs_embeds is not None else None,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state[:, 0]).view(-1, num_choices)
         loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
@@ -729,33 +736,15 @@ class ElcBertForQuestionAnswering(ElcBertPreTrainedModel):
         self,
         input_ids=None,
         attention_mask=None,
-        token_type_ids=None,
-        position_ids=None,
         inputs_embeds=None,
         start_positions=None,
         end_positions=None,
-        output_attentions=None,
-        output_hidden_states=None,
         **kwargs,
     ) -> QuestionAnsweringModelOutput:
         """Extractive QA: start and end logits (B x T) per position; positions outside the input are ignored."""
-        outputs = self.elc_bert(
-            input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-        )
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
         start_logits, end_logits = self.classifier(outputs.last_hidden_state).unbind(dim=-1)
-        loss = None
-        if start_positions is not None and end_positions is not None:
-            length = start_logits.shape[1]
-            start_positions = start_positions.view(-1).clamp(0, length)
-            end_positions = end_positions.view(-1).clamp(0, length)
-            loss = (
-                F.cross_entropy(start_logits.float(), start_positions, ignore_index=length)
-                + F.cross_entropy(end_logits.float(), end_positions, ignore_index=length)
-            ) / 2
+        loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
         return QuestionAnsweringModelOutput(
             loss=loss,
             start_logits=start_logits,
@@ -789,6 +778,4 @@ __all__ = [
     "ElcBertForMultipleChoice",
     "ElcBertForQuestionAnswering",
     "relative_position_buckets",
-    "sequence_classification_loss",
-    "token_cross_entropy",
 ]

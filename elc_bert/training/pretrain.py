@@ -17,9 +17,10 @@ from ..data.pretraining import SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
+from ..plots import plot_curves
+from .arguments import training_arguments
 from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
-from .plots import plot_curves
 
 
 @dataclass
@@ -193,31 +194,6 @@ class BatchRowCollator:
         return self.masking([sample for row in rows for sample in row["input_ids"]])
 
 
-def _training_arguments(config: PretrainConfig, output_dir: Path, has_validation: bool) -> TrainingArguments:
-    """The job's TrainingArguments; creating them sets up the process group under torchrun / accelerate launch."""
-    training = dict(
-        output_dir=str(output_dir),
-        max_steps=config.max_steps,
-        per_device_train_batch_size=1,  # a row is a whole micro-batch
-        per_device_eval_batch_size=1,
-        train_sampling_strategy="sequential",
-        max_grad_norm=2.0,
-        seed=config.seed,
-        logging_steps=max(1, config.max_steps // 50),
-        save_steps=max(1, config.max_steps // 5),
-        eval_strategy="steps" if has_validation else "no",
-        eval_steps=max(1, config.max_steps // 5),
-        remove_unused_columns=False,
-        report_to=[],
-        dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
-        torch_compile=config.torch_compile,
-        # Without an accelerator, accelerate sets up data parallelism (gloo) only when told to use the CPU.
-        use_cpu=torch.accelerator.current_accelerator() is None,
-    )
-    training.update(config.training)
-    return TrainingArguments(**training)
-
-
 def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.Dataset):
     """The run's tokenizer: the one of `init_from` or `tokenizer` when given, the one this run trained before (a
     resume), or a new one trained on the training files. A tokenizer left in the folder by another config is
@@ -263,82 +239,114 @@ def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
     return ElcBertForMaskedLM(ElcBertConfig.from_preset(config.preset, vocab_size=len(tokenizer), **overrides))
 
 
-def pretrain(config: PretrainConfig) -> dict:
-    """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
-    the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
-    output_dir = Path(config.output_dir)
-    runs.refuse_other_jobs(output_dir, "pretrain")
-    data_dir = Path(config.data_dir)
+def _training_arguments(config: PretrainConfig, output_dir: Path, has_validation: bool) -> TrainingArguments:
+    """The job's TrainingArguments: one row per micro-batch, read in the order the job chose."""
+    return training_arguments(
+        output_dir,
+        config.seed,
+        config.training,
+        max_steps=config.max_steps,
+        per_device_train_batch_size=1,  # a row is a whole micro-batch
+        per_device_eval_batch_size=1,
+        train_sampling_strategy="sequential",
+        max_grad_norm=2.0,
+        logging_steps=max(1, config.max_steps // 50),
+        save_steps=max(1, config.max_steps // 5),
+        eval_strategy="steps" if has_validation else "no",
+        eval_steps=max(1, config.max_steps // 5),
+        remove_unused_columns=False,
+        torch_compile=config.torch_compile,
+        # Without an accelerator, accelerate sets up data parallelism (gloo) only when told to use the CPU.
+        use_cpu=torch.accelerator.current_accelerator() is None,
+    )
+
+
+def _check_corpora(config: PretrainConfig) -> None:
+    """Local corpora must exist before anything starts."""
     for entries, split in ((config.train_files, "train"), (config.validation_files, "dev")):
-        for entry in entries:  # local corpora must exist before anything starts
+        for entry in entries:
             if not isinstance(entry, dict):
-                corpus_files(data_dir / entry, split)
-    args = _training_arguments(config, output_dir, bool(config.validation_files))
-    parts = args.world_size * args.gradient_accumulation_steps
+                corpus_files(Path(config.data_dir) / entry, split)
+
+
+def _check_batches(config: PretrainConfig, parts: int) -> None:
+    """Every global batch must split into `parts` (processes x accumulation steps) equal micro-batches."""
     for phase, size in (("batch_size", config.batch_size), ("long phase batch", config.batch_size // 4)):
         if (phase == "batch_size" or config.long_seq_length is not None) and size % parts:
             raise ValueError(
                 f"{phase} {size} must be divisible by processes x gradient_accumulation_steps = {parts}: each "
                 "process takes an equal share of every global batch"
             )
-    if args.should_save:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, runs.config_file(output_dir, "pretrain"))
 
-    # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
-    with args.main_process_first(desc="data preparation"):
-        documents = None if config.streaming else corpus(config.train_files, data_dir, "train", config.data_cache_dir)
-        tokenizer = _tokenizer(config, output_dir / runs.TOKENIZER, documents)
-        long_steps = (
-            0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
-        )
-        phases = [(config.seq_length, config.batch_size, config.max_steps - long_steps)]
-        if long_steps:
-            phases.append((config.long_seq_length, config.batch_size // 4, long_steps))
-        if not config.streaming:
-            phases = [(packed_samples(documents, tokenizer, length), size, steps) for length, size, steps in phases]
-        validation = None
-        if config.validation_files:
-            validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir)
-            validation = packed_samples(validation, tokenizer, config.seq_length)
 
-    train_rows, step_tokens = [], []
+def _phases(config: PretrainConfig) -> list[tuple[int, int, int]]:
+    """The training phases as (tokens per sample, sequences per step, steps): the whole run, or the recipe's short
+    phase and then its long one (long_seq_length, batch_size / 4) for the steps after long_after."""
+    long_steps = 0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
+    phases = [(config.seq_length, config.batch_size, config.max_steps - long_steps)]
+    if long_steps:
+        phases.append((config.long_seq_length, config.batch_size // 4, long_steps))
+    return phases
+
+
+def _prepared_data(config: PretrainConfig, output_dir: Path):
+    """The tokenizer, the phases (`_phases`) with their packed samples in place of their sample length (kept as
+    lengths when streaming) and the packed validation samples (None without validation files)."""
+    data_dir = Path(config.data_dir)
+    documents = None if config.streaming else corpus(config.train_files, data_dir, "train", config.data_cache_dir)
+    tokenizer = _tokenizer(config, output_dir / runs.TOKENIZER, documents)
+    phases = _phases(config)
+    if not config.streaming:
+        phases = [(packed_samples(documents, tokenizer, length), size, steps) for length, size, steps in phases]
+    validation = None
+    if config.validation_files:
+        validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir)
+        validation = packed_samples(validation, tokenizer, config.seq_length)
+    return tokenizer, phases, validation
+
+
+def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
+    """The training rows (micro-batches of `parts` per global batch) and the tokens of each step (None when
+    streaming: not known ahead)."""
     if config.streaming:
         sources = [DatasetSource(**entry) for entry in config.train_files]
         streams = [streamed_samples(source, tokenizer, config.seq_length, config.data_cache_dir) for source in sources]
         stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
         stream = stream.shuffle(seed=config.seed, buffer_size=config.shuffle_buffer)
-        train_dataset = StreamedRows(stream, config.batch_size, parts, config.max_steps)
-        step_tokens = None  # not known ahead
-    else:
-        for phase, (samples, size, steps) in enumerate(phases):
-            batches = schedule_batches(len(samples), size, steps, config.seed + phase)
-            lengths = sample_lengths(samples)
-            step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
-            train_rows.append(BatchRows(samples, split_batches(batches, parts)))
-        train_dataset = torch.utils.data.ConcatDataset(train_rows)
-    step_sequences = [config.batch_size] * (config.max_steps - long_steps) + [config.batch_size // 4] * long_steps
-    eval_dataset = None
-    if validation is not None:
-        chosen = list(range(len(validation)))
-        if config.max_eval_samples is not None:
-            chosen = evenly_spaced(chosen, config.max_eval_samples)
-        eval_dataset = BatchRows(
-            validation, [chosen[i : i + config.batch_size] for i in range(0, len(chosen), config.batch_size)]
-        )
-    torch.manual_seed(config.seed)
-    model = _model(config, tokenizer)
+        return StreamedRows(stream, config.batch_size, parts, config.max_steps), None
+    rows, step_tokens = [], []
+    for phase, (samples, size, steps) in enumerate(phases):
+        batches = schedule_batches(len(samples), size, steps, config.seed + phase)
+        lengths = sample_lengths(samples)
+        step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
+        rows.append(BatchRows(samples, split_batches(batches, parts)))
+    return torch.utils.data.ConcatDataset(rows), step_tokens
 
+
+def _validation_rows(config: PretrainConfig, validation) -> BatchRows | None:
+    """Batches of `batch_size` validation samples (at most `max_eval_samples`, evenly spaced)."""
+    if validation is None:
+        return None
+    chosen = list(range(len(validation)))
+    if config.max_eval_samples is not None:
+        chosen = evenly_spaced(chosen, config.max_eval_samples)
+    return BatchRows(validation, [chosen[i : i + config.batch_size] for i in range(0, len(chosen), config.batch_size)])
+
+
+def _optimizers(config: PretrainConfig, model) -> tuple:
+    """The optimizer (LAMB or AdamW, no weight decay on biases and LayerNorms) and its warm-up + cosine schedule."""
     groups = parameter_groups(model, config.weight_decay)
     if config.optimizer == "lamb":
         optimizer = Lamb(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
     else:
         optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
     warmup = max(1, math.ceil(config.warmup_ratio * config.max_steps))
-    schedule = warmup_cosine_schedule(optimizer, warmup, config.max_steps, config.final_lr_ratio)
+    return optimizer, warmup_cosine_schedule(optimizer, warmup, config.max_steps, config.final_lr_ratio)
 
+
+def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
     # Masks are a function of each sequence's ids and the seed: a resumed run masks exactly as the first one did.
-    masking = SpanMaskingCollator(
+    return SpanMaskingCollator(
         tokenizer.mask_token_id,
         tokenizer.pad_token_id,
         len(tokenizer),
@@ -348,37 +356,71 @@ def pretrain(config: PretrainConfig) -> dict:
         num_special_tokens=len(tokenizer.all_special_ids),
         seed=config.seed,
     )
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        data_collator=BatchRowCollator(masking),
-        optimizers=(optimizer, schedule),
-    )
-    checkpoint = runs.last_checkpoint(output_dir)
-    first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    metrics = dict(result.metrics)
-    # The Trainer counts rows (micro-batches) as samples: the real throughput of the steps this process ran.
+
+
+def _throughput(metrics: dict, step_sequences: list[int], step_tokens: list[int] | None, first_step: int) -> dict:
+    """`metrics` with the real sequences (and tokens) per second of the steps this process ran: the Trainer counts
+    rows (micro-batches) as samples."""
     runtime = metrics.get("train_runtime")
     if runtime:
         metrics["train_samples_per_second"] = sum(step_sequences[first_step:]) / runtime
         if step_tokens is not None:
             metrics["train_tokens_per_second"] = sum(step_tokens[first_step:]) / runtime
-    if eval_dataset is not None:
-        metrics.update(trainer.evaluate())
+    return metrics
+
+
+def _save_run(trainer: Trainer, model, tokenizer, output_dir: Path, metrics: dict) -> None:
+    """The model (returning B x T x V logits again), and from the main process its tokenizer, fingerprint, metrics
+    and loss curves."""
     model.config.sparse_prediction = False
     trainer.save_model(str(output_dir))
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(output_dir)
-        runs.record_model(output_dir, output_dir)
-        history = trainer.state.log_history
-        (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
-        curves = {
-            split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
-            for split, key in (("train", "loss"), ("validation", "eval_loss"))
-        }
-        curves = {name: curve for name, curve in curves.items() if curve[0]}
-        plot_curves(output_dir / runs.LOSS_PLOT, curves, "step", "MLM loss", "Pretraining")
+    if not trainer.is_world_process_zero():
+        return
+    tokenizer.save_pretrained(output_dir)
+    runs.record_model(output_dir, output_dir)
+    history = trainer.state.log_history
+    (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
+    curves = {
+        split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
+        for split, key in (("train", "loss"), ("validation", "eval_loss"))
+    }
+    curves = {name: curve for name, curve in curves.items() if curve[0]}
+    plot_curves(output_dir / runs.LOSS_PLOT, curves, "step", "MLM loss", "Pretraining")
+
+
+def pretrain(config: PretrainConfig) -> dict:
+    """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
+    the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
+    output_dir = Path(config.output_dir)
+    runs.refuse_other_jobs(output_dir, "pretrain")
+    _check_corpora(config)
+    args = _training_arguments(config, output_dir, bool(config.validation_files))
+    parts = args.world_size * args.gradient_accumulation_steps
+    _check_batches(config, parts)
+    if args.should_save:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, runs.config_file(output_dir, "pretrain"))
+
+    # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
+    with args.main_process_first(desc="data preparation"):
+        tokenizer, phases, validation = _prepared_data(config, output_dir)
+    train_dataset, step_tokens = _train_rows(config, tokenizer, phases, parts)
+    step_sequences = [size for _, size, steps in phases for _ in range(steps)]
+    torch.manual_seed(config.seed)
+    model = _model(config, tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=_validation_rows(config, validation),
+        data_collator=BatchRowCollator(_masking(config, tokenizer)),
+        optimizers=_optimizers(config, model),
+    )
+    checkpoint = runs.last_checkpoint(output_dir)
+    first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
+    if trainer.eval_dataset is not None:
+        metrics.update(trainer.evaluate())
+    _save_run(trainer, model, tokenizer, output_dir, metrics)
     return metrics

@@ -1,0 +1,99 @@
+"""The BabyLM (Super)GLUE tasks and their data: one `<task>.<split>.jsonl(.gz)` file per task and split, a JSON
+object per line with the task's text fields and an integer `label`.
+
+`TASKS` and `BABYLM_ENTRIES` are the one list of tasks that fine-tuning (`elc-bert finetune-glue`) and the scorecard
+both read.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .jsonl import read_jsonl
+
+
+@dataclass(frozen=True)
+class GlueTask:
+    """One BabyLM (Super)GLUE task: its jsonl fields, number of classes and the metric it is ranked by."""
+
+    name: str
+    fields: tuple[str, ...]  # the text fields; two make a sentence pair
+    num_labels: int
+    metric: str  # "mcc", "f1" or "accuracy"
+
+    @property
+    def entries(self) -> list[str]:
+        """The BabyLM entries its model is scored as, one per dev set: MNLI's also on the mismatched one."""
+        return [self.name, "mnli-mm"] if self.name == "mnli" else [self.name]
+
+
+TASKS = {
+    "cola": GlueTask("cola", ("sentence",), 2, "mcc"),
+    "sst2": GlueTask("sst2", ("sentence",), 2, "accuracy"),
+    "mrpc": GlueTask("mrpc", ("sentence1", "sentence2"), 2, "f1"),
+    "qqp": GlueTask("qqp", ("question1", "question2"), 2, "f1"),
+    "mnli": GlueTask("mnli", ("premise", "hypothesis"), 3, "accuracy"),
+    "qnli": GlueTask("qnli", ("question", "sentence"), 2, "accuracy"),
+    "rte": GlueTask("rte", ("sentence1", "sentence2"), 2, "accuracy"),
+    "boolq": GlueTask("boolq", ("question", "passage"), 2, "accuracy"),
+    "multirc": GlueTask("multirc", ("paragraph", "question", "answer"), 2, "accuracy"),
+    "wsc": GlueTask("wsc", ("text", "span1_text", "span2_text"), 2, "accuracy"),
+}
+# The BabyLM score list, in its order: MNLI-mm is the mismatched evaluation of the MNLI model, not a task of its own.
+BABYLM_ENTRIES = [entry for task in TASKS.values() for entry in task.entries]
+SUFFIXES = (".jsonl", ".jsonl.gz")
+
+
+def find_split(folders: list[Path], task: str, split: str) -> Path | None:
+    """The first `<task>.<split>.jsonl(.gz)` in `folders`."""
+    for folder in folders:
+        for suffix in SUFFIXES:
+            path = folder / f"{task}.{split}{suffix}"
+            if path.is_file():
+                return path
+    return None
+
+
+def read_task_file(path: str | Path, task: GlueTask, limit: int | None = None) -> list[dict]:
+    """The rows of one jsonl(.gz) file: a JSON object per line with the task's text fields (strings) and an integer
+    `label` in [0, num_labels). Blank lines are skipped; a bad line raises ValueError naming the file and line."""
+    rows = []
+    for line_number, row in read_jsonl(path):
+        if limit is not None and len(rows) >= limit:
+            break
+        for key in task.fields:
+            if not isinstance(row.get(key), str):
+                raise ValueError(f"{path}, line {line_number}: field '{key}' is missing or not a string")
+        label = row.get("label")
+        if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
+            raise ValueError(
+                f"{path}, line {line_number}: 'label' must be an integer in [0, {task.num_labels}), got {label!r}"
+            )
+        rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no examples in the file")
+    return rows
+
+
+def text_pair(task: GlueTask, row: dict) -> tuple[str, str | None]:
+    """The (first, second) segments of a row. MultiRC puts question + answer first so that truncation, which cuts the
+    longest segment, shortens the paragraph; WSC asks about its two spans after the text."""
+    if task.name == "multirc":
+        return f"{row['question']} {row['answer']}", row["paragraph"]
+    if task.name == "wsc":
+        return row["text"], f'Does "{row["span2_text"]}" refer to "{row["span1_text"]}"?'
+    first = row[task.fields[0]]
+    return first, (row[task.fields[1]] if len(task.fields) > 1 else None)
+
+
+def encode(tokenizer, task: GlueTask, rows: list[dict], max_length: int):
+    """A datasets.Dataset of input_ids / attention_mask (/ token_type_ids) / labels, unpadded."""
+    import datasets  # here: the scorecard imports this module for the task list alone
+
+    firsts, seconds = zip(*(text_pair(task, row) for row in rows))
+    if seconds[0] is None:
+        encoded = tokenizer(list(firsts), truncation=True, max_length=max_length)
+    else:
+        encoded = tokenizer(list(firsts), list(seconds), truncation="longest_first", max_length=max_length)
+    columns = {key: list(value) for key, value in encoded.items()}
+    columns["labels"] = [row["label"] for row in rows]
+    return datasets.Dataset.from_dict(columns)

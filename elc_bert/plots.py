@@ -1,0 +1,93 @@
+"""PNG plots of the package's results. One owner for each figure that several parts draw: training curves
+(`plot_curves`), ELC-BERT's layer weights alpha (`plot_layer_weights`) and DWAtt's depth profile
+(`plot_depth_profile`); `new_figure` and `save` for the figures that one module alone draws.
+
+Figures are `matplotlib.figure.Figure` objects written with their own `savefig`: matplotlib is imported only when a
+plot is drawn, pyplot keeps no state of ours (no figure to close) and the backend of the program that imports the
+package is never switched. Imports nothing from the rest of the package, so that every layer may draw.
+"""
+
+from pathlib import Path
+
+DPI = 120
+MAX_ANNOTATED_LAYERS = 12  # above this, alpha's cells are too small to hold their values
+
+
+def new_figure(width: float, height: float):
+    """A matplotlib Figure of `width` x `height` inches, not registered with pyplot."""
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height))
+
+
+def save(figure, path: str | Path) -> None:
+    figure.tight_layout()
+    figure.savefig(path, dpi=DPI)
+
+
+def plot_curves(path: str | Path, curves: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str) -> None:
+    """One line per named (x, y) curve, saved as a PNG at `path`."""
+    figure = new_figure(6, 4)
+    axes = figure.subplots()
+    for name, (x, y) in curves.items():
+        axes.plot(x, y, label=name, marker="." if len(x) < 60 else None)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    if len(curves) > 1:
+        axes.legend()
+    save(figure, path)
+
+
+def draw_layer_weights(axes, alpha, title: str = "ELC layer weights alpha"):
+    """ELC-BERT's layer weights as a heatmap on `axes`: `alpha` is L x (L+1) (`ElcBertModel.layer_weights()`), row n
+    = softmax(theta^(n)), how much block n reads of each earlier state (column 0: the embeddings y_0). Returns the
+    image, for a colorbar."""
+    import numpy as np
+
+    alpha = np.asarray(alpha, dtype=float)
+    layers = alpha.shape[0]
+    image = axes.imshow(alpha, cmap="viridis", vmin=0.0, vmax=1.0)
+    axes.set_xticks(range(layers + 1), ["emb"] + [str(i) for i in range(1, layers + 1)])
+    axes.set_yticks(range(layers), [str(i) for i in range(1, layers + 1)])
+    axes.set_xlabel("source state (emb = y_0)")
+    axes.set_ylabel("block n")
+    axes.set_title(title)
+    if layers <= MAX_ANNOTATED_LAYERS:
+        for row in range(layers):
+            for column in range(row + 1):
+                color = "black" if alpha[row, column] > 0.6 else "white"  # readable on viridis' light end
+                axes.text(column, row, f"{alpha[row, column]:.2f}", ha="center", va="center", fontsize=7, color=color)
+    return image
+
+
+def plot_layer_weights(path: str | Path, panels: dict[str, object]) -> None:
+    """One `draw_layer_weights` heatmap per named alpha matrix (the name is the panel's title), side by side."""
+    layers = max(len(alpha) for alpha in panels.values())
+    width, height = max(4.5, 1.5 + 0.45 * (layers + 1)), max(3.0, 1.2 + 0.4 * layers)
+    figure = new_figure(width * len(panels), height)
+    for axes, (title, alpha) in zip(figure.subplots(1, len(panels), squeeze=False)[0], panels.items()):
+        figure.colorbar(draw_layer_weights(axes, alpha, title), ax=axes)
+    save(figure, path)
+
+
+def draw_depth_profile(axes, profiles: dict[str, list[float]], title: str = "DWAtt depth profile") -> None:
+    """DWAtt's mean weight of each fused state (the embeddings, then each layer's output) on `axes`, one line per
+    named profile."""
+    for label, weights in profiles.items():
+        axes.plot(range(len(weights)), weights, marker="o", label=label)
+    states = max(len(weights) for weights in profiles.values())
+    axes.set_xticks(range(states), ["emb"] + [str(i) for i in range(1, states)])
+    axes.set_xlabel("fused state (emb = the embeddings)")
+    axes.set_ylabel("mean DWAtt weight")
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+
+
+def plot_depth_profile(path: str | Path, profiles: dict[str, list[float]], title: str = "DWAtt depth profile") -> None:
+    """`draw_depth_profile` as a PNG at `path`."""
+    figure = new_figure(6, 4)
+    draw_depth_profile(figure.subplots(), profiles, title)
+    save(figure, path)
