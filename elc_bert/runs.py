@@ -231,3 +231,17 @@ def find_tokenizer(candidates: list[str | Path | None]) -> str:
     raise FileNotFoundError(
         f"no tokenizer in {searched} or their {TOKENIZER}/ subfolders (none holds {' or '.join(TOKENIZER_FILES)})"
     )
+
+
+def mean_depth_profiles(run_dir: str | Path) -> dict[int, tuple[int, list[float]]]:
+    """{N: (trials, DWAtt's mean depth weights averaged over those trials)} of a finetune-ner run, from what its
+    finished trials recorded in result.json (`mean_depth_weights`; empty when none did)."""
+    by_shots = {}
+    for result_file in trial_results(run_dir):
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+        if "mean_depth_weights" in result:
+            by_shots.setdefault(result["shots"], []).append(result["mean_depth_weights"])
+    return {
+        shots: (len(weights), [sum(column) / len(column) for column in zip(*weights)])
+        for shots, weights in sorted(by_shots.items())
+    }

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from elc_bert.plots import plot_depth_profile  # noqa: E402
-from elc_bert.runs import RESULT, trial_dir  # noqa: E402
+from elc_bert.runs import mean_depth_profiles  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
 
@@ -42,12 +42,7 @@ def run(plan: dict, names: list[str], heads: list[str], report: bool = False) ->
             summary = summarize(config) if report else finetune_ner(config)
             depth = {}
             if config.fusion == "dwatt":
-                for shots in config.shots:
-                    trials = [trial_dir(output_dir, shots, t) / RESULT for t in range(config.trials)]
-                    weights = [json.loads(path.read_text())["mean_depth_weights"] for path in trials if path.exists()]
-                    if not weights:
-                        continue
-                    depth[shots] = [sum(column) / len(column) for column in zip(*weights)]
+                depth = {shots: weights for shots, (_, weights) in mean_depth_profiles(output_dir).items()}
             mode = "frozen backbone (FE)" if config.freeze_backbone else "fine-tuned backbone (FT)"
             setup = (
                 f"{config.dataset}, {mode}, "

@@ -287,10 +287,5 @@ def depth_profiles(model, batches: list[dict]) -> dict:
     if hasattr(model, "layer_weights") and getattr(model.config, "layer_combination", None) == "elc":
         profiles["alpha"] = model.layer_weights().tolist()
     if getattr(model.config, "fusion", None) == "dwatt":
-        total, count = 0.0, 0
-        for batch in batches:
-            output = model.base_model(**_model_inputs(model, batch))
-            mask = batch["attention_mask"].bool().to(model.device)
-            total, count = total + output.depth_weights[mask].float().sum(0), count + int(mask.sum())
-        profiles["dwatt_depth_weights"] = (total / count).tolist()
+        profiles["dwatt_depth_weights"] = model.base_model.mean_depth_weights(batches)
     return profiles

@@ -8,7 +8,6 @@ directory the card has no results and says so.
 
 import json
 import shutil
-import statistics
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import metadata as package_metadata
@@ -293,20 +292,6 @@ def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
     )
 
 
-def recorded_depth_profiles(run_dir: Path) -> dict[str, list[float]]:
-    """DWAtt's mean depth weights per N (the mean over the run's trials), labelled, as the run's trials recorded them
-    (empty when none did)."""
-    by_shots = {}
-    for result_file in runs.trial_results(run_dir):
-        result = json.loads(result_file.read_text(encoding="utf-8"))
-        if "mean_depth_weights" in result:
-            by_shots.setdefault(result["shots"], []).append(result["mean_depth_weights"])
-    return {
-        f"N={shots} ({len(weights)} trials)": [statistics.fmean(column) for column in zip(*weights)]
-        for shots, weights in sorted(by_shots.items())
-    }
-
-
 def _figures(model, run: dict, out_dir: Path) -> str:
     figures = []
     base = model.base_model
@@ -320,7 +305,8 @@ def _figures(model, run: dict, out_dir: Path) -> str:
             )
         )
     run_dir = run.get("dir")
-    profiles = recorded_depth_profiles(run_dir) if run_dir is not None and run["kind"] == "finetune-ner" else {}
+    recorded = runs.mean_depth_profiles(run_dir) if run_dir is not None and run["kind"] == "finetune-ner" else {}
+    profiles = {f"N={shots} ({trials} trials)": weights for shots, (trials, weights) in recorded.items()}
     if profiles:
         plots.plot_depth_profile(out_dir / "depth_profile.png", profiles, "DWAtt depth profile (dev tokens)")
         figures.append(("depth_profile.png", "DWAtt depth profile: mean weight of each fused state over dev tokens."))
