@@ -18,7 +18,8 @@ from pathlib import Path
 from .training.config import describe_config, load_config, named_config
 
 # What a user can fix in their input: exit 2, like argparse's usage errors. Anything else is a runtime failure: 1.
-INPUT_ERRORS = (ValueError, TypeError, KeyError, FileNotFoundError, FileExistsError, NotADirectoryError)
+# (A TypeError or KeyError is a bug of ours, not an input: exit 1. A missing package is the user's to install.)
+INPUT_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError)
 
 # The jobs driven by a YAML config: command -> (module of elc_bert.training, its config class, its configs/ folder,
 # what it does).
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument("--repo-id", help="USER/NAME, for the card's usage snippets")
     export_parser.add_argument("--license", default="apache-2.0", help="the card's license (default apache-2.0)")
     export_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    export_parser.add_argument("--no-metrics", action="store_true", help="write the card without the run's metrics")
     push_parser = commands.add_parser("push", help="upload an exported folder to the Hugging Face Hub")
     push_parser.add_argument("folder", help="a folder written by `elc-bert export`")
     push_parser.add_argument("--repo-id", required=True, help="USER/NAME")
@@ -168,6 +170,7 @@ def eval_blimp(args) -> None:
     first, so that a malformed file is reported before the model loads."""
     import torch
 
+    from . import runs
     from .evaluation.blimp import evaluate_blimp, load_minimal_pairs, report_name
     from .evaluation.scoring import load_model
 
@@ -183,7 +186,7 @@ def eval_blimp(args) -> None:
     if args.out:
         out_dir = Path(args.out)
     elif Path(args.model).is_dir():
-        out_dir = Path(args.model) / "eval"
+        out_dir = Path(args.model) / runs.EVAL
     else:  # a Hub name or an alias: never inside the folder it resolves to (the Hub cache, an installed package)
         out_dir = Path("outputs") / "eval-blimp" / args.model.replace("/", "__")
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
@@ -232,7 +235,7 @@ def run(args):
         eval_blimp(args)
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
-        from .analysis.report import analyze, load_model, load_sentences
+        from .analysis.report import REPORT_MD, analyze, load_model, load_sentences
 
         model, tokenizer = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
         strategies = STRATEGIES if args.strategies is None else args.strategies
@@ -247,12 +250,12 @@ def run(args):
             metric=args.metric,
             pppl_sentences=args.pppl_sentences,
         )
-        print((Path(args.out) / "report.md").read_text())
+        print((Path(args.out) / REPORT_MD).read_text())
     elif args.command == "export":
         from .hub.export import export
 
         options = dict(run_dir=args.run_dir, tokenizer=args.tokenizer, repo_id=args.repo_id, license=args.license)
-        print(export(args.source, args.out_dir, overwrite=args.overwrite, **options))
+        print(export(args.source, args.out_dir, overwrite=args.overwrite, metrics=not args.no_metrics, **options))
     elif args.command == "push":
         from .hub.push import push
 

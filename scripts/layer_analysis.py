@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from elc_bert.analysis import analyze, load_sentences
-from elc_bert.analysis.report import load_model
+from elc_bert.analysis.report import REPORT_JSON, load_model
 from elc_bert.runs import resolve_model
 
 
@@ -32,7 +32,7 @@ def main():
     for name, entry in plan["models"].items():
         entry = {"model": entry} if isinstance(entry, str) else entry
         out = results_dir / name
-        if not (out / "report.json").exists():
+        if not (out / REPORT_JSON).exists():
             if args.report:
                 print(f"{name}: not analysed yet")
                 continue
@@ -44,7 +44,7 @@ def main():
             model, tokenizer = load_model(path)
             options = {key: entry[key] for key in ("metric", "pppl_sentences") if key in entry}
             analyze(model, tokenizer, sentences, out, **options)
-        reports[name] = json.loads((out / "report.json").read_text())
+        reports[name] = json.loads((out / REPORT_JSON).read_text())
 
     width = max(len(r["leave_one_out"]["layers"]) for r in reports.values())
     lines = [

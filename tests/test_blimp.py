@@ -155,7 +155,8 @@ def test_pll_matches_naive_loop_roberta(toy_tokenizer):
 
 
 def test_pll_matches_naive_loop_layer_fusion(toy_tokenizer):
-    """A DWAtt head over a tiny random BERT: our class, so it gets labels and returns N x V logits."""
+    """A DWAtt head over a tiny random BERT: it restricts its head itself, so it gets labels and returns N x V
+    logits."""
     from transformers import BertConfig
 
     from elc_bert import LayerFusionConfig, LayerFusionForMaskedLM
@@ -172,6 +173,27 @@ def test_pll_matches_naive_loop_layer_fusion(toy_tokenizer):
     model = LayerFusionForMaskedLM(LayerFusionConfig(backbone_config=backbone, fusion="dwatt")).eval()
     assert not is_causal_lm(model)
     batched = pseudo_log_likelihoods(model, toy_tokenizer, TOY_SENTENCES, batch_tokens=40, progress=False)
+    assert_scores_close(batched, [naive_pll(model, toy_tokenizer, s) for s in TOY_SENTENCES])
+
+
+@pytest.mark.parametrize("sparse_prediction", [False, True])
+def test_pll_projects_only_the_masked_positions_of_elc_bert(toy_tokenizer, sparse_prediction):
+    """The vocabulary projection of an ElcBertForMaskedLM sees one position per masked copy, whether the model
+    restricts its head itself (`sparse_prediction`, given labels) or not (the default, and saved pretraining models:
+    the hook on the output projection does it), and the scores are the naive loop's."""
+    torch.manual_seed(0)
+    config = ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer), sparse_prediction=sparse_prediction))
+    model = ElcBertForMaskedLM(config).eval()
+    randomise_elc_logits(model)
+    projected = []  # positions each call of the vocabulary projection computes
+    handle = model.get_output_embeddings().register_forward_hook(
+        lambda m, a, out: projected.append(out[..., 0].numel())
+    )
+    batched = pseudo_log_likelihoods(model, toy_tokenizer, TOY_SENTENCES, batch_tokens=40, progress=False)
+    handle.remove()
+    special = toy_tokenizer(TOY_SENTENCES, return_special_tokens_mask=True)["special_tokens_mask"]
+    copies = sum(mask.count(0) for mask in special)  # one per scored (non-special) token
+    assert len(projected) > 1 and sum(projected) == copies
     assert_scores_close(batched, [naive_pll(model, toy_tokenizer, s) for s in TOY_SENTENCES])
 
 

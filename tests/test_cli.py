@@ -173,3 +173,29 @@ def test_the_package_logs_show_on_stderr_while_a_command_runs(tmp_path, capsys, 
     assert f"reading {tmp_path}\n" in captured.err and "reading" not in captured.out
     assert "| n/a | n/a | n/a | n/a | n/a |" in captured.out
     assert logging.getLogger("elc_bert").handlers == handlers
+
+
+WIKIANN_SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikiann"
+
+
+@pytest.mark.parametrize(
+    "job, config, data_dir",
+    [
+        ("mlm", "wikitext2_dwatt", None),
+        ("finetune-ner", "wikiann_en_n100_dwatt", WIKIANN_SAMPLE),
+        ("finetune-glue", "tiny", "glue"),
+    ],
+)
+def test_a_mistyped_model_folder_is_named_before_anything_is_written(tmp_path, capsys, job, config, data_dir):
+    """`model=` naming a local folder that does not exist is an input error naming it (exit 2), found before the
+    job writes its run folder (a half-made folder would then count as that job's run), never sent to the Hub."""
+    if data_dir == "glue":
+        data_dir = tmp_path / "glue-data"
+        data_dir.mkdir()
+    out = tmp_path / "out"
+    overrides = [f"model={tmp_path / 'no' / 'such' / 'model'}", f"output_dir={out}", f"data_dir={data_dir or tmp_path}"]
+    with pytest.raises(SystemExit) as exit_info:
+        main([job, config, *overrides])
+    assert exit_info.value.code == 2
+    assert f"model {tmp_path / 'no' / 'such' / 'model'}: no such folder" in capsys.readouterr().err
+    assert not out.exists()

@@ -362,6 +362,30 @@ def test_typed_config_resumes_with_the_config_it_saved(tmp_path):
         save_config(dataclasses.replace(config, learning_rate=1e-3), run / "pretrain_config.yaml")
 
 
+def test_a_few_shot_or_glue_run_with_finished_work_refuses_another_config(tmp_path):
+    """finetune-ner keeps its checkpoints and results in n<N>/trial<t>/, finetune-glue in <task>/: a rerun of such a
+    folder with another recipe would reuse the finished trials or tasks under the new config, so it is refused;
+    more trials, more N or more tasks are fine (they add to the run)."""
+    ner = FinetuneNerConfig(output_dir=str(tmp_path / "ner"), model="m", data_dir="d", shots=[8], trials=2)
+    path = tmp_path / "ner" / "finetune_ner_config.yaml"
+    path.parent.mkdir()
+    save_config(ner, path)
+    (tmp_path / "ner" / "n8" / "trial0").mkdir(parents=True)
+    (tmp_path / "ner" / "n8" / "trial0" / "result.json").write_text("{}")
+    with pytest.raises(
+        ValueError, match=r"learning_rate: 0.001 -> 0.5.*fusion: 'dwatt' -> 'concat'|fusion.*learning_rate"
+    ):
+        save_config(dataclasses.replace(ner, learning_rate=0.5, fusion="concat"), path)
+    save_config(dataclasses.replace(ner, shots=[8, 32], trials=5), path)  # adds trials
+    glue = FinetuneGlueConfig(model="m", data_dir="d", output_dir=str(tmp_path / "glue"), tasks=["rte"])
+    path = tmp_path / "glue" / "finetune_glue_config.yaml"
+    (tmp_path / "glue" / "rte" / "checkpoint-4").mkdir(parents=True)
+    save_config(glue, path)
+    with pytest.raises(ValueError, match=r"learning_rate"):
+        save_config(dataclasses.replace(glue, learning_rate=1e-3), path)
+    save_config(dataclasses.replace(glue, tasks=["rte", "mrpc"]), path)
+
+
 def test_training_arguments_have_one_owner(tmp_path):
     """Every job's TrainingArguments come from `training_arguments`: the shared settings, then the job's, then the
     user's `training.*` keys, which win over both."""
@@ -377,3 +401,19 @@ def test_training_arguments_have_one_owner(tmp_path):
     training = Path(elc_bert.__file__).parent / "training"
     builders = [path.name for path in training.glob("*.py") if "TrainingArguments(" in path.read_text()]
     assert builders == ["arguments.py"]
+
+
+def test_yes_and_no_are_strings_unless_the_field_is_a_bool(tmp_path):
+    """YAML 1.1 reads `no` as False: WikiAnn's Norwegian (`language: no`) would be refused as a bool. Config files and
+    overrides read only true/false as booleans; a bool field still takes yes/no."""
+    assert _load(tmp_path, "ner", ["language=no"]).language == "no"
+    assert _load(tmp_path, "ner", [], extra="language: no\n").language == "no"
+    assert _load(tmp_path, "ner", ["freeze_backbone=no"]).freeze_backbone is False
+    assert _load(tmp_path, "ner", ["freeze_backbone=yes"]).freeze_backbone is True
+
+
+def test_a_malformed_override_names_the_config_file(tmp_path):
+    with pytest.raises(ValueError, match=r"ner\.yaml \+ overrides: override 'model\.x=1': model is not a mapping"):
+        _load(tmp_path, "ner", ["model.x=1"])
+    with pytest.raises(ValueError, match=r"ner\.yaml \+ overrides: override 'epochs' is not key=value"):
+        _load(tmp_path, "ner", ["epochs"])

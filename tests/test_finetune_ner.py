@@ -262,6 +262,12 @@ def test_best_model_is_kept_scored_on_test_and_runs_in_a_pipeline(tmp_path, keep
         guessed.append([model.config.id2label[int(predicted[i])] for i in firsts])
     expected = f1_score(gold, guessed, mode="strict", scheme=IOB2)
     assert results[best]["test"]["f1"] == pytest.approx(expected, abs=1e-6)
+    # The recorded DWAtt depth profile is the kept model's (the one a card shows it with), on the dev sentences.
+    dev = load_wikiann(SAMPLE, "en")["validation"].select(range(16))
+    batches = [tokenizer(e["tokens"], is_split_into_words=True, return_tensors="pt") for e in dev]
+    with torch.no_grad():
+        kept_profile = model.base_model.mean_depth_weights(batches)
+    assert results[best]["mean_depth_weights"] == pytest.approx(kept_profile, abs=1e-5)
     assert results[best]["best_epoch"] == 1 + results[best]["dev_f1_per_epoch"].index(results[best]["best_dev_f1"])
 
 
@@ -382,7 +388,7 @@ def test_a_claim_whose_pid_now_belongs_to_another_process_is_taken_over(tmp_path
     import os
 
     from elc_bert import runs
-    from elc_bert.training.finetune_ner import claim
+    from elc_bert.runs import claim
 
     sleeper = subprocess.Popen(["sleep", "600"])
     try:

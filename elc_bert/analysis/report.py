@@ -19,6 +19,9 @@ from .metrics import (
     weight_statistics,
 )
 
+REPORT_JSON = "report.json"  # what `analyze` measured, every number
+REPORT_MD = "report.md"  # the same as Markdown tables
+
 
 def load_model(path: str, *, allow_unloaded_weights: bool = False):
     """The model with the language-modelling head its config names (masked or causal), else the bare model (e.g. the
@@ -89,9 +92,10 @@ def analyze(
         "leave_one_out": leave_one_out(model, metric),
         "painters": painters_sweep(model, metric, strategies=strategies) if strategies else None,
         "depth_profiles": depth_profiles(model, batches),
+        "first_fused_state": 0 if getattr(model.config, "fuse_embeddings", True) else 1,  # DWAtt's z_0 or z_1 first
     }
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2))
-    (out_dir / "report.md").write_text(markdown(report))
+    (out_dir / REPORT_JSON).write_text(json.dumps(report, indent=2))
+    (out_dir / REPORT_MD).write_text(markdown(report))
     write_plots(report, out_dir)
     return report
 
@@ -194,5 +198,5 @@ def write_plots(report: dict, out_dir: Path):
             if key == "alpha":
                 figure.colorbar(plots.draw_layer_weights(axis, values), ax=axis)
             else:
-                plots.draw_depth_profile(axis, {"text sample": values})
+                plots.draw_depth_profile(axis, {"text sample": values}, first_state=report["first_fused_state"])
         plots.save(figure, out_dir / "depth_profiles.png")

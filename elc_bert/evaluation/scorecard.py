@@ -40,16 +40,14 @@ PAPER_STRICT_SMALL = {
     "aggregate": 65.9,
     "glue_tasks": {entry: None for entry in GLUE_ENTRIES},
 }
-# Where each part may be: the first file found wins.
+# Where each part may be: the first file found wins (in the run folder, then in eval-blimp's default output folder).
 SOURCES = {
-    "blimp": ["blimp.json", "eval/blimp.json", "blimp_filtered.json", "eval/blimp_filtered.json"],
-    "supplement": [
-        "supplement.json",
-        "eval/supplement.json",
-        "supplement_filtered.json",
-        "eval/supplement_filtered.json",
-    ],
-    "msgs": ["msgs.json", "eval/msgs.json"],
+    part: [path for name in names for path in (name, f"{runs.EVAL}/{name}")]
+    for part, names in {
+        "blimp": ["blimp.json", "blimp_filtered.json"],
+        "supplement": ["supplement.json", "supplement_filtered.json"],
+        "msgs": ["msgs.json"],
+    }.items()
 }
 
 

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import runs
+from ..models import ElcBertForMaskedLM, LayerFusionForMaskedLM
 from ..models.loading import check_weights_loaded, key_list, unloaded_weights
 
 logger = logging.getLogger(__name__)
@@ -136,9 +137,13 @@ def _budget_batches(row_lengths: torch.Tensor, batch_tokens: int) -> list[tuple[
 
 
 def _restricts_logits(model) -> bool:
-    """Our masked LMs run their head only on labelled positions when given labels (N x V logits): one position per
-    masked copy, so the vocabulary projection costs 1/T of the full B x T x V one."""
-    return type(model).__module__.startswith("elc_bert.")
+    """Whether `model`, given labels, runs its MLM head on the labelled positions only (N x V logits): one position
+    per masked copy, so the vocabulary projection costs 1/T of the full B x T x V one. A layer-fusion masked LM always
+    does, an ELC-BERT one only with `config.sparse_prediction` (off by default and in saved pretraining models); the
+    others get the same saving from `_MaskedPositionsOnly`."""
+    if isinstance(model, LayerFusionForMaskedLM):
+        return True
+    return isinstance(model, ElcBertForMaskedLM) and model.config.sparse_prediction
 
 
 class _MaskedPositionsOnly:
@@ -238,9 +243,10 @@ def token_pseudo_log_likelihoods(
     """PLL of each token sequence (its ids, special tokens included; unpadded), float64 on the CPU, one per sequence:
     the sum over its positions t with special_tokens_mask 0 of log p(ids[t] | ids with position t masked).
 
-    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V; our own masked LMs get `labels` too
-    and return N x V logits for the masked positions only, and for others a hook on the output projection does the
-    same (`_MaskedPositionsOnly`). Runs on the model's device; log-softmax in float32."""
+    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V; a masked LM that restricts its head
+    to labelled positions (`_restricts_logits`) gets `labels` too and returns N x V logits for the masked positions
+    only, and for others a hook on the output projection does the same (`_MaskedPositionsOnly`). Runs on the
+    model's device; log-softmax in float32."""
     totals = torch.zeros(len(sequences), dtype=torch.float64)
     if not sequences:
         return totals

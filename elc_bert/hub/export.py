@@ -11,12 +11,13 @@ fingerprints it records, `elc_bert.runs`).
 import contextlib
 import importlib
 import json
+import logging
 import shutil
 import tempfile
 from pathlib import Path
 
 from elc_bert import runs
-from elc_bert.models import _AUTO_CLASSES
+from elc_bert.models import AUTO_CLASSES
 
 from .remote_code import flat_name, remote_code_files
 
@@ -27,6 +28,8 @@ WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 RUN_FILES = (runs.METRICS, runs.RESULTS, *runs.JOB_CONFIGS.values())
+
+logger = logging.getLogger(__name__)
 
 
 def has_model(folder: Path) -> bool:
@@ -46,7 +49,7 @@ def find_model_dir(source: Path) -> Path:
             "folder holding one. `elc-bert finetune-ner` keeps its trials' models in "
             f"n<N>/trial<t>/{runs.MODEL}/: export one of those and pass the run as --run-dir for its metrics."
         )
-    state_file = checkpoints[-1] / "trainer_state.json"
+    state_file = checkpoints[-1] / runs.TRAINER_STATE
     if state_file.is_file():
         best = json.loads(state_file.read_text(encoding="utf-8")).get("best_model_checkpoint")
         if best and has_model(source / Path(best).name):
@@ -62,7 +65,7 @@ def model_class_of(model_dir: Path):
         raise ValueError(
             f"{config_file}: a published reference checkpoint (model_type 'ltgbert'); run `elc-bert convert` first"
         )
-    known = {cls.__name__: cls for family in _AUTO_CLASSES.values() for cls in family.values()}
+    known = {cls.__name__: cls for family in AUTO_CLASSES.values() for cls in family.values()}
     names = config.get("architectures") or []
     if len(names) != 1 or names[0] not in known:
         raise ValueError(f"{config_file}: architectures must name one of {sorted(known)}, got {names}")
@@ -71,7 +74,7 @@ def model_class_of(model_dir: Path):
 
 def family_of(model_class):
     """(config class, {auto class: model class}) of the family `model_class` belongs to."""
-    for config_class, family in _AUTO_CLASSES.items():
+    for config_class, family in AUTO_CLASSES.items():
         if model_class in family.values():
             return config_class, family
     raise ValueError(f"{model_class.__name__} is not one of the package's Auto-registered models")
@@ -132,7 +135,7 @@ def write_remote_code(model_class, out_dir: Path) -> dict:
     modeling_module = model_class.__module__
     files = remote_code_files([config_class.__module__, modeling_module])
     own_config, own_modeling = f"{flat_name(config_class.__module__)}.py", f"{flat_name(modeling_module)}.py"
-    for other_config, other_family in _AUTO_CLASSES.items():
+    for other_config, other_family in AUTO_CLASSES.items():
         shipped = {flat_name(other_config.__module__), *(flat_name(c.__module__) for c in other_family.values())}
         if other_config is config_class or not all(f"{name}.py" in files for name in shipped):
             continue
@@ -164,9 +167,8 @@ def model_of_run(run_dir: Path, model_dir: Path) -> str:
     if recorded is None:
         raise ValueError(
             f"{run_dir} records no fingerprint of the models it saved (no {runs.MODEL_FINGERPRINTS}: a run made by an "
-            f"older elc_bert), so its metrics cannot be checked against the model in {model_dir}. To export the "
-            "model without metrics, copy its config.json and weights (and tokenizer files, or pass --tokenizer) into "
-            "a folder of their own and export that folder, leaving --run-dir out."
+            f"older elc_bert), so its metrics cannot be checked against the model in {model_dir}. Leave --run-dir out "
+            "to export the model without them."
         )
     digest = runs.fingerprint(model_dir)
     made = [folder for folder, recorded_digest in recorded.items() if recorded_digest == digest]
@@ -215,33 +217,45 @@ def export(
     license: str = "apache-2.0",
     templates_dir: str | Path | None = None,
     overwrite: bool = False,
+    metrics: bool = True,
 ) -> Path:
     """Writes the Hub-ready folder of the model in `source` (a model folder or a run directory) to `out_dir`.
 
     `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card, and must be the run
-    that saved the model (`model_of_run`); the tokenizer is `tokenizer` (a folder, Hub name or alias) when given,
-    else the first found (`runs.find_tokenizer`) in the model folder, the source, the run, or the model the run
-    started from (its config's `model`, e.g. an `elc-bert mlm` run); `repo_id` (USER/NAME) goes into the card's
-    snippets.
+    that saved the model (`model_of_run`), except that a default one made before runs recorded their models'
+    fingerprints gives a card without its metrics (with a warning); `metrics` False leaves any run's metrics out. The
+    tokenizer is `tokenizer` (a folder, Hub name or alias) when given, else the first found (`runs.find_tokenizer`)
+    in the model folder, the source, the run, or the model the run started from (its config's `model`, e.g. an
+    `elc-bert mlm` run); `repo_id` (USER/NAME) goes into the card's snippets.
     """
     source, out_dir = Path(source), Path(out_dir)
     if not source.is_dir():
         raise FileNotFoundError(f"{source} is not a folder")
     model_dir = find_model_dir(source)
+    given_run_dir = run_dir is not None
     if run_dir is None and any((source / name).is_file() for name in RUN_FILES):
         run_dir = source
     run_dir = Path(run_dir) if run_dir is not None else None
     check_out_dir(source, out_dir, overwrite)
     run_model = None
+    left_out = None if metrics else "the export was asked for none (`--no-metrics`)"  # why the card has no metrics
     if run_dir is not None:
         from .model_card import read_run
 
         check_out_dir(run_dir, out_dir, overwrite)
         read_run(run_dir)  # a run the card can read
-        run_model = model_of_run(run_dir, model_dir)
+        if given_run_dir or runs.recorded_models(run_dir) is not None:
+            run_model = model_of_run(run_dir, model_dir)
+        elif metrics:  # the run in SOURCE, made before runs recorded their models: its metrics cannot be tied to it
+            left_out = (
+                f"the run did not record this model (`{run_dir}` holds no {runs.MODEL_FINGERPRINTS}: a run made by an "
+                "older elc_bert), so they cannot be tied to these weights"
+            )
+            logger.warning("%s: the card leaves out the run's metrics: %s", out_dir, left_out)
     card = dict(
         run_dir=run_dir,
         run_model=run_model,
+        metrics_left_out=left_out,
         repo_id=repo_id,
         license=license,
         templates_dir=templates_dir,

@@ -2,8 +2,9 @@
 
 Only what the run measured is written: the metrics come from the run's own files (`metrics.json` of `elc-bert
 pretrain` and `elc-bert mlm`, `results.json` of `elc-bert finetune-ner`), nothing is derived or filled in, and the data
-is named as the run's saved config names it (local files by their path, Hub datasets by their id). Without a run
-directory the card has no results and says so.
+is named as the run's saved config names it (local files by their path in the text, and in the model-index by the id
+of the dataset they copy, never a path; Hub datasets by their id). Without a run directory, or with the run's metrics
+left out, the card has no results and says why.
 """
 
 import json
@@ -21,11 +22,12 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 import elc_bert
 from elc_bert import plots, runs
-from elc_bert.models import ElcBertModel, LayerFusionModel
+from elc_bert.models import AUTO_CLASSES, ElcBertModel, LayerFusionModel
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
-NER_CORPORA = {"conll03": "CoNLL-2003", "wikiann": "WikiAnn"}  # finetune-ner's `dataset`
+# finetune-ner's `dataset` -> (its name, the Hub id of the dataset its local files copy)
+NER_CORPORA = {"conll03": ("CoNLL-2003", "conll2003"), "wikiann": ("WikiAnn", "wikiann")}
 BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
 PIPELINE_TAGS = {
@@ -111,52 +113,85 @@ def read_run(run_dir: Path | None) -> dict:
 @dataclass(frozen=True)
 class Corpus:
     """Data a run read, as its saved config names it: a Hub dataset (`path` its id, `config` its configuration) or
-    local files (`path` as the job was given it)."""
+    local files (`path` as the job was given it; `dataset_id` the Hub id of the dataset they are a copy of, when the
+    job reads a known one)."""
 
-    name: str  # what the data is, e.g. "CoNLL-2003"; its path when the config says no more
+    name: str  # what the data is, e.g. "CoNLL-2003"; as the config names it when it says no more
     path: str
     on_hub: bool = False
     config: str | None = None
+    dataset_id: str | None = None
+
+    @property
+    def index_type(self) -> str:
+        """The model-index's `dataset.type`, never a local path: the Hub id of the dataset, or of the one the local
+        files copy, else "text" (the `datasets` library's name for plain text files, as its cards write it)."""
+        return self.path if self.on_hub else self.dataset_id or "text"
 
     def __str__(self) -> str:
         if self.on_hub:
             return f"the Hub dataset `{self.path}`" + (f" ({self.config})" if self.config else "")
-        return f"local files `{self.path}`" if self.name == self.path else f"{self.name} from local files `{self.path}`"
+        return f"{self.name} from local files `{self.path}`" if self.dataset_id else f"local files `{self.path}`"
 
 
-def _is_hub_name(path: str) -> bool:
-    """Whether a job read `path` as a Hub dataset name (as `datasets.load_dataset` and `elc-bert mlm` decide): not a
-    folder here, not an absolute or ./ path, at most one "/"."""
-    return not (Path(path).exists() or Path(path).is_absolute() or path.startswith(".") or path.count("/") > 1)
+def _hub_shaped(name: str) -> bool:
+    """Whether `name` may be a Hub id: not absolute, not ./ or ~/, at most one "/" (owner/name)."""
+    return not (name.startswith((".", "/", "~")) or Path(name).is_absolute() or name.count("/") > 1)
+
+
+def _job_folder(run: dict) -> Path | None:
+    """The folder the run's job ran in, where its relative paths start: the run folder less the relative
+    `output_dir` its config saved. None when that does not tell: an absolute output_dir or one with "..", or a run
+    folder moved since."""
+    run_dir, output_dir = run.get("dir"), str(run["config"].get("output_dir") or "")
+    parts = Path(output_dir).parts
+    if run_dir is None or not parts or Path(output_dir).is_absolute() or ".." in parts:
+        return None
+    here = Path(run_dir).resolve().parts
+    return Path(*here[: -len(parts)]) if len(here) > len(parts) and here[-len(parts) :] == parts else None
+
+
+def _read_from_hub(run: dict, name: str, named_on_hub: bool) -> bool:
+    """Whether the run's job read `name` from the Hub, for a job that reads a local folder of that name where it
+    ran when there is one, else the Hub (`datasets.load_dataset`, `elc-bert mlm`'s data_dir, a model name): never
+    for a name no Hub id has; by the folder the job ran in where the run shows it (`_job_folder`); else when the
+    config names it as a Hub source (`named_on_hub`). The folder `export` runs in plays no part."""
+    if not _hub_shaped(name):
+        return False
+    folder = _job_folder(run)
+    return named_on_hub if folder is None else not (folder / name).exists()
 
 
 def run_corpora(run: dict) -> tuple[list[Corpus], list[Corpus]]:
-    """(training data, evaluation data) of the run, from its saved config."""
+    """(training data, evaluation data) of the run, from its saved config: `elc-bert finetune-ner` and the files of
+    `elc-bert pretrain` are local files; a `datasets` source of pretrain (a dict entry) and the data_dir of
+    `elc-bert mlm` are a Hub dataset or a local folder (`_read_from_hub`; mlm's config names a Hub dataset by its
+    `dataset_config`)."""
     kind, config = run["kind"], run["config"]
     if kind == "pretrain":
 
         def corpus(entry) -> Corpus:
             if isinstance(entry, dict):
                 path = str(entry.get("path"))
-                return Corpus(path, path, _is_hub_name(path), entry.get("name"))
-            path = str(Path(config.get("data_dir", ".")) / entry)
-            return Corpus(path, path)
+                return Corpus(path, path, _read_from_hub(run, path, named_on_hub=True), entry.get("name"))
+            return Corpus(str(entry), str(Path(config.get("data_dir", ".")) / entry))
 
         training = [corpus(entry) for entry in config.get("train_files", [])]
         return training, [corpus(entry) for entry in config.get("validation_files", [])]
     if kind == "mlm" and config.get("data_dir"):
         path = str(config["data_dir"])
-        if _is_hub_name(path):
+        if _read_from_hub(run, path, named_on_hub=config.get("dataset_config") is not None):
             data = Corpus(path, path, on_hub=True, config=config.get("dataset_config"))
-        else:
-            data = Corpus("WikiText-2", path)  # the job's local files are WikiText-2's train/valid/test
+        else:  # the job's local files are WikiText-2's train/valid/test
+            data = Corpus("WikiText-2", path, dataset_id="wikitext")
         return [data], [data]
     if kind == "finetune-ner" and config.get("data_dir"):
         dataset = config.get("dataset", "conll03")
-        name = NER_CORPORA.get(dataset, dataset)
-        if dataset == "wikiann":
-            name += f" ({config.get('language', 'en')})"
-        data = Corpus(name, str(config["data_dir"]))  # the job reads local files only
+        name, dataset_id = NER_CORPORA.get(dataset, (dataset, None))
+        language = config.get("language", "en") if dataset == "wikiann" else None
+        if language:
+            name += f" ({language})"
+        data = Corpus(name, str(config["data_dir"]), config=language, dataset_id=dataset_id)  # local files only
         return [data], [data]
     return [], []
 
@@ -167,7 +202,7 @@ def _results(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -
         EvalResult(
             task_type=task[0],
             task_name=task[1],
-            dataset_type=corpus.path,
+            dataset_type=corpus.index_type,
             dataset_name=corpus.name,
             dataset_config=corpus.config,
             dataset_split=split,
@@ -198,7 +233,7 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult]
         if "train_loss" in metrics:
             rows.append(f"| training MLM loss, mean over the run | {metrics['train_loss']:.4f} |")
     elif kind == "mlm":
-        dataset = evaluation[0] if evaluation else Corpus("WikiText-2", "WikiText-2")
+        dataset = evaluation[0] if evaluation else Corpus("WikiText-2", "WikiText-2", dataset_id="wikitext")
         for split in ("validation", "test"):
             pairs = [
                 (metric, f"{split} MLM {metric}", metrics[f"{split}_{metric}"])
@@ -215,14 +250,22 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult]
             if config.get("shot_unit", "per_entity_type") == "per_entity_type"
             else ("sentences")
         )
+        # Per N: the best dev F1 of each trial, and the test F1 of that epoch's model where the run scored one
+        # (`finetune_ner.summarize`).
+        splits = (
+            ("validation", "best dev micro-F1", "best_dev_f1", "mean", "ci95"),
+            ("test", "test micro-F1 of the best dev epoch", "test_f1", "test_mean", "test_ci95"),
+        )
         for key, value in metrics.items():
             if not (key.startswith("n") and key[1:].isdigit() and isinstance(value, dict) and "mean" in value):
                 continue
-            trials = len(value.get("best_dev_f1", []))
-            label = f"best dev micro-F1, N={key[1:]} {unit}, mean of {trials} trials"
-            results += _results(task, dataset, "validation", [("f1", label, value["mean"])])
-            per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get("best_dev_f1", []))
-            rows.append(f"| {label} | {100 * value['mean']:.1f} +- {100 * value['ci95']:.1f} ({per_trial}) |")
+            for split, measure, values, mean, ci95 in splits:
+                if mean not in value:
+                    continue
+                label = f"{measure}, N={key[1:]} {unit}, mean of {len(value.get(values, []))} trials"
+                results += _results(task, dataset, split, [("f1", label, value[mean])])
+                per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get(values, []))
+                rows.append(f"| {label} | {100 * value[mean]:.1f} +- {100 * value[ci95]:.1f} ({per_trial}) |")
     return results, rows
 
 
@@ -286,10 +329,8 @@ def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
         f"{config.get('learning_rate')}; each trial keeps its best dev-set epoch."
     )
     weights = f"are the run's `{run_model}`" if run_model else f"come from `{model_dir}`"
-    return text + (
-        f"\n\nThe weights exported here {weights}, one trial's best dev epoch; the results below describe all of the "
-        "run's trials, not these exact weights."
-    )
+    results = "; the results below describe all of the run's trials, not these exact weights" if run["metrics"] else ""
+    return text + f"\n\nThe weights exported here {weights}, one trial's best dev epoch{results}."
 
 
 def _figures(model, run: dict, out_dir: Path) -> str:
@@ -304,11 +345,14 @@ def _figures(model, run: dict, out_dir: Path) -> str:
                 "ELC layer weights: row n is softmax(theta^(n)), how much block n reads of each earlier state.",
             )
         )
-    run_dir = run.get("dir")
+    run_dir = None if run.get("left_out") else run.get("dir")  # the run's plots are measurements too
     recorded = runs.mean_depth_profiles(run_dir) if run_dir is not None and run["kind"] == "finetune-ner" else {}
     profiles = {f"N={shots} ({trials} trials)": weights for shots, (trials, weights) in recorded.items()}
     if profiles:
-        plots.plot_depth_profile(out_dir / "depth_profile.png", profiles, "DWAtt depth profile (dev tokens)")
+        first_state = 0 if getattr(model.config, "fuse_embeddings", True) else 1  # z_0 (the embeddings) or z_1
+        plots.plot_depth_profile(
+            out_dir / "depth_profile.png", profiles, "DWAtt depth profile (dev tokens)", first_state
+        )
         figures.append(("depth_profile.png", "DWAtt depth profile: mean weight of each fused state over dev tokens."))
     copies = {
         runs.LOSS_PLOT: "Training (and validation) MLM loss of the run.",
@@ -375,9 +419,7 @@ def install_instructions() -> str:
 
 
 def _auto_class_name(model) -> str:
-    from elc_bert.models import _AUTO_CLASSES
-
-    for family in _AUTO_CLASSES.values():
+    for family in AUTO_CLASSES.values():
         for auto_class, model_class in family.items():
             if model_class is type(model):
                 return auto_class.__name__
@@ -404,7 +446,7 @@ def base_model(run: dict) -> str | None:
     name = str(run["config"].get("model") or "")
     if name in runs.MODEL_ALIASES:
         return runs.MODEL_ALIASES[name].hub_id
-    return name if _is_hub_name(name) and name.count("/") == 1 else None
+    return name if name.count("/") == 1 and _read_from_hub(run, name, named_on_hub=True) else None
 
 
 def card_data(model, run: dict, title: str, license: str) -> tuple[ModelCardData, list[str]]:
@@ -434,6 +476,8 @@ def card_data(model, run: dict, title: str, license: str) -> tuple[ModelCardData
 
 
 def _results_text(run: dict, rows: list[str]) -> str:
+    if run.get("left_out"):
+        return f"No evaluation results: the run's metrics were left out because {run['left_out']}."
     if not rows:
         return "No evaluation results: the export was given no run that measured any."
     return f"Measured by the run in `{run['dir']}`:\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
@@ -445,7 +489,7 @@ def _limitations(model, run: dict, templates_dir: Path, num_parameters: str) -> 
         size_note += f", pretrained for {run['config'].get('max_steps')} optimizer steps"
     size_note += "; treat it as a research artefact, not a general-purpose language model."
     extra = []
-    if run["kind"] == "finetune-ner":
+    if run["kind"] == "finetune-ner" and run["metrics"]:
         tested = any(isinstance(entry, dict) and "test_mean" in entry for entry in run["metrics"].values())
         extra.append(
             "- The NER F1 scores are each trial's best dev-set epoch: model selection on the dev set makes them "
@@ -483,12 +527,16 @@ def model_card(
     out_dir: Path,
     source="",
     name=None,
+    metrics_left_out=None,
 ) -> ModelCard:
     """The model card (README.md) of `model`; writes the card's images into `out_dir`. `run_model`: where in
     `run_dir` the run saved the exported weights (`export.model_of_run`); `name`: the card's title without `repo_id`
-    (default: the name of `out_dir`)."""
+    (default: the name of `out_dir`); `metrics_left_out`: why the card leaves out the run's metrics (its results,
+    model-index and plots), the rest of what the run says (how it trained, on what) staying."""
     templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     run = read_run(Path(run_dir) if run_dir is not None else None)
+    if metrics_left_out:
+        run = {**run, "metrics": {}, "left_out": metrics_left_out}
     title = repo_id.split("/")[-1] if repo_id else (name or out_dir.name)
     num_parameters = parameter_count(model)
     data, rows = card_data(model, run, title, license)

@@ -24,12 +24,13 @@ __all__ = (
     + modeling_layer_fusion.__all__
 )
 
-# Each family's config -> {Auto class: model class}, registered with the Auto classes on import.
-_AUTO_CLASSES = {
+# Each family's config -> {Auto class: model class}, registered with the Auto classes on import; `elc-bert export`
+# reads it to find a model's family.
+AUTO_CLASSES = {
     configuration_elc_bert.ElcBertConfig: modeling_elc_bert.AUTO_CLASSES,
     configuration_layer_fusion.LayerFusionConfig: modeling_layer_fusion.AUTO_CLASSES,
 }
-for _config_class, _family in _AUTO_CLASSES.items():
+for _config_class, _family in AUTO_CLASSES.items():
     AutoConfig.register(_config_class.model_type, _config_class, exist_ok=True)
     for _auto_class, _model_class in _family.items():
         _auto_class.register(_config_class, _model_class, exist_ok=True)

@@ -7,18 +7,22 @@ library's supported hooks (registered on import by `elc_bert/models/__init__.py`
   `AutoConfig` finds for "ltgbert", and through `ElcBertConfig.get_config_dict` (`CHECKPOINT_FORMATS`) for the
   classes themselves. What config.json does not say (ELC or LTG-BERT, the `weighted_output` variant, often the number
   of layers) is read off the names and shapes of the weights (a safetensors header, a `.bin` mapped, not read), and
-  the weights are checked against that config before any model is built;
+  the weights are checked against that config before any model is built. `AutoConfig` does not pass the Hub
+  arguments (`subfolder`, `revision`, ...) on to a config class: the Auto classes refuse a checkpoint whose
+  config.json is not the one at the folder or Hub name itself (`check_read_without_hub_arguments`);
 - `conversion_mapping()`, the checkpoint conversion mapping of model type "elc_bert", renames the tensors while
   `from_pretrained` loads them. It applies on loading only: `save_pretrained` writes this package's own layout.
 """
 
+import json
 import logging
+import os
 import re
 
 import torch
 from safetensors import safe_open
 from transformers.core_model_loading import WeightRenaming
-from transformers.utils import cached_file
+from transformers.utils import CONFIG_NAME, cached_file
 
 from .configuration_elc_bert import ElcBertConfig
 from .modeling_elc_bert import ElcBertForMaskedLM
@@ -202,7 +206,35 @@ class LtgBertConfig(ElcBertConfig):
                 "an 'ltgbert' config.json is read together with its weights, which tell the architecture: load it "
                 "with AutoConfig.from_pretrained(folder) or from_pretrained(folder) of a model class"
             )
+        check_read_without_hub_arguments(path, config_dict)
         return ElcBertConfig.from_dict(elc_bert_config_dict(path, config_dict, kwargs, {}), **kwargs)
+
+
+def check_read_without_hub_arguments(path, config_dict: dict) -> None:
+    """Raises ValueError, naming the arguments, unless `config_dict` is the config.json at `path` itself (no
+    subfolder, the default branch), whose weights `LtgBertConfig.from_dict` is about to read.
+
+    `AutoConfig.from_pretrained` (which the Auto model classes call) drops the Hub arguments (`subfolder`,
+    `revision`, `token`, `cache_dir`, `local_files_only`) before the config class sees the config dict, so the
+    weights that tell the architecture would be read from the wrong place. A revision whose config.json is the same
+    as the default branch's cannot be told apart here: its tensors still load (the model class gets the revision), in
+    the default branch's architecture.
+    """
+    hint = (
+        f"the Auto classes do not pass subfolder=, revision=, token=, cache_dir= or local_files_only= on to the "
+        f"config class, and an 'ltgbert' config.json is read together with its weights: load {path!r} with a model "
+        f"class (ElcBertForMaskedLM.from_pretrained({path!r}, subfolder=..., revision=...)), or give the Auto class "
+        f"config=ElcBertConfig.from_pretrained({path!r}, <the same arguments>)"
+    )
+    try:
+        config_file = str(path) if os.path.isfile(path) else cached_file(path, CONFIG_NAME)
+    except OSError as error:
+        raise ValueError(f"{path!r} has no config.json of its own that can be read ({error}); {hint}") from error
+    if config_file is None:  # `cached_file` answers None for a folder without config.json
+        raise ValueError(f"{path!r} has no config.json of its own; {hint}")
+    with open(config_file, encoding="utf-8") as handle:
+        if json.load(handle) != config_dict:
+            raise ValueError(f"the config.json read is not the one of {path!r} (main branch, no subfolder); {hint}")
 
 
 __all__ = ["LtgBertConfig"]

@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import enum
 import inspect
+import re
 import sys
 import textwrap
 import types
@@ -24,6 +25,24 @@ from .. import runs
 
 # Keyword arguments that a transformers `PreTrainedConfig` takes beyond its dataclass fields.
 CONFIG_KEYWORDS = {"num_labels": int, "attn_implementation": str | None, "output_attentions": bool}
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """YAML as config files mean it: only true/false are booleans (YAML 1.2), so that `language: no` (Norwegian) or
+    `language=no` stays the string it says; a bool field still takes yes/no (`convert`)."""
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+
+
+def read_yaml(text_or_stream):
+    return yaml.load(text_or_stream, Loader=ConfigLoader)
 
 
 def config_field(default=dataclasses.MISSING, help: str = "", *, bounds: str | None = None, keys=None):
@@ -330,7 +349,7 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
     values = {}
     if path is not None:
         with open(path, encoding="utf-8") as handle:
-            values = yaml.safe_load(handle)
+            values = read_yaml(handle)
         if values is None:
             values = {}
         if not isinstance(values, dict):
@@ -338,7 +357,7 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
     for override in overrides:
         key, equals, raw = override.partition("=")
         if not equals or not key:
-            raise ValueError(f"override {override!r} is not key=value")
+            raise ValueError(f"{where}: override {override!r} is not key=value")
         *parents, last = key.split(".")
         target = values
         for depth, parent in enumerate(parents):
@@ -346,8 +365,8 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
                 target[parent] = {}
             target = target[parent]
             if not isinstance(target, dict):
-                raise ValueError(f"override {override!r}: {'.'.join(parents[: depth + 1])} is not a mapping")
-        target[last] = yaml.safe_load(raw)
+                raise ValueError(f"{where}: override {override!r}: {'.'.join(parents[: depth + 1])} is not a mapping")
+        target[last] = read_yaml(raw)
     try:
         check_keys(values, config_class)
         return config_class(**values)
@@ -356,21 +375,21 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
 
 
 def save_config(config, path: str | Path) -> None:
-    """Writes the resolved config beside a run's outputs. When the folder already holds a Trainer checkpoint (the run
-    will resume), the config must be the one it was started with: a different one raises ValueError naming the
-    fields that differ, instead of resuming a mismatched checkpoint."""
+    """Writes the resolved config beside a run's outputs. When the folder already holds work the run would resume or
+    reuse (`runs.has_work`: checkpoints, finished trials or tasks), the config must be the one it was started with: a
+    different one raises ValueError naming the fields that differ, instead of mixing two configs in one run. The
+    fields a config class names in its `may_change` (e.g. more trials) may differ."""
     path = Path(path)
-    has_checkpoint = bool(runs.checkpoints(path.parent))
-    if has_checkpoint and path.exists():
+    if path.exists() and runs.has_work(path.parent):
         with open(path, encoding="utf-8") as handle:
             saved = yaml.safe_load(handle) or {}
         current = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(config)))  # the same types as the file's
-        keys = ({*saved, *current}) - {"output_dir"}
+        keys = ({*saved, *current}) - {"output_dir", *getattr(config, "may_change", ())}
         changed = sorted(key for key in keys if saved.get(key) != current.get(key))
         if changed:
             details = "; ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in changed)
             raise ValueError(
-                f"{path}: the checkpoints in {path.parent} were made with a different config ({details}). "
+                f"{path}: the work in {path.parent} was done with a different config ({details}). "
                 "Resume with the same config, or choose a new output_dir."
             )
     with open(path, "w", encoding="utf-8") as handle:

