@@ -533,3 +533,27 @@ def test_analyze_cli_refuses_unloaded_weights_unless_allowed(tmp_path, capsys):
     assert "cls.predictions.bias" in error and not (tmp_path / "out").exists()
     main(command + ["--allow-unloaded-weights"])
     assert json.loads((tmp_path / "out" / "report.json").read_text())["leave_one_out"]["metric"] == "masked-token loss"
+
+
+@pytest.mark.parametrize("backbone", ["bert", "elc"])
+def test_plans_over_a_layer_fusion_model_keep_its_states_or_are_refused(tmp_path, backbone):
+    """A layer-fusion head reads one state per backbone layer: a plan of as many steps (a swap) runs under it, one
+    that skips a layer is refused with a message saying why, instead of a shape error deep in the head."""
+    from elc_bert.models import LayerFusionForTokenClassification
+
+    torch.manual_seed(0)
+    if backbone == "bert":
+        config = BertConfig(
+            vocab_size=60, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32
+        )
+        BertModel(config).save_pretrained(tmp_path)
+    else:
+        ElcBertModel(ElcBertConfig.from_preset("tiny", vocab_size=60)).save_pretrained(tmp_path)
+    model = LayerFusionForTokenClassification.from_backbone(str(tmp_path), fusion="dwatt", num_labels=3).eval()
+    layers = model.config.backbone_config.num_hidden_layers
+    ids = torch.randint(5, 60, (2, 6))
+    with torch.no_grad(), apply_layer_plan(model, swap_plan(layers, 0)):
+        assert model(ids, attention_mask=torch.ones_like(ids)).logits.shape == (2, 6, 3)
+    with pytest.raises(ValueError, match="layer-fusion model, whose head reads one state per backbone layer"):
+        with apply_layer_plan(model, skip_plan(layers, 1)):
+            pass

@@ -111,8 +111,16 @@ class _ParallelBlock(nn.Module):
 
 @contextlib.contextmanager
 def apply_layer_plan(model: nn.Module, plan: list):
-    """Runs `model` with its layers as `plan` says inside the `with` block; restores it exactly on leaving."""
+    """Runs `model` with its layers as `plan` says inside the `with` block; restores it exactly on leaving. A
+    layer-fusion model's head reads one state per backbone layer, so under it only plans of as many steps as the
+    backbone has layers can run (a swap, a reversed order); others raise ValueError before anything changes."""
     owner, name = layer_list(model)
+    layers = len(getattr(owner, name))
+    if getattr(model.config, "model_type", None) == "layer_fusion" and len(plan) != layers:
+        raise ValueError(
+            f"a layer plan of {len(plan)} steps over a layer-fusion model, whose head reads one state per backbone "
+            f"layer ({layers}): plans that skip or repeat layers cannot run under the head; analyse its backbone"
+        )
     if hasattr(owner, "use_layer_plan"):  # our encoders run plans through their own hook
         with owner.use_layer_plan(plan):
             yield model
