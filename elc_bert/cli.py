@@ -172,7 +172,7 @@ def eval_blimp(args) -> None:
 
     from . import runs
     from .evaluation.blimp import evaluate_blimp, load_minimal_pairs, report_name
-    from .evaluation.scoring import load_model
+    from .scoring import load_model
 
     load_minimal_pairs(args.data)
     model, tokenizer, kind = load_model(

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..evaluation.scoring import DEFAULT_BATCH_TOKENS, language_model_kind, token_pseudo_log_likelihoods
+from ..scoring import DEFAULT_BATCH_TOKENS, language_model_kind, token_pseudo_log_likelihoods
 from .interventions import STRATEGIES, apply_layer_plan, layer_list, painters_plan, skip_plan
 
 
@@ -158,7 +158,7 @@ class TaskMetric:
 class PseudoPerplexity:
     """Masked-LM pseudo-perplexity (Salazar et al., 2020): every real non-special token i of every sentence is masked
     once, alone, and PPPL = exp(-sum_i log p(w_i | w_{-i}) / #tokens), the sum being the sentences' pseudo-log-
-    likelihoods (`evaluation.scoring.token_pseudo_log_likelihoods`, BLiMP's scorer). Exact but costs one masked copy
+    likelihoods (`scoring.token_pseudo_log_likelihoods`, BLiMP's scorer). Exact but costs one masked copy
     per token, so use it on a small sample; the masked-token loss of TaskMetric is the cheap alternative. Lower is
     better. `batch_tokens`: the token budget of one forward pass (masked copies x their length)."""
 

@@ -1,7 +1,6 @@
 """Zero-shot evaluation of trained models (BLiMP-style minimal pairs) and the sentence scores it rests on."""
 
-from .blimp import evaluate_blimp, load_minimal_pairs
-from .scoring import (
+from ..scoring import (
     causal_log_likelihoods,
     is_causal_lm,
     language_model_kind,
@@ -9,6 +8,7 @@ from .scoring import (
     pseudo_log_likelihoods,
     token_pseudo_log_likelihoods,
 )
+from .blimp import evaluate_blimp, load_minimal_pairs
 
 __all__ = [
     "causal_log_likelihoods",

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import plots
 from ..data.jsonl import read_jsonl
-from .scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, pseudo_log_likelihoods
+from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, pseudo_log_likelihoods
 
 logger = logging.getLogger(__name__)
 

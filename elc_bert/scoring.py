@@ -20,9 +20,9 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from .. import runs
-from ..models import ElcBertForMaskedLM, LayerFusionForMaskedLM
-from ..models.loading import check_weights_loaded, key_list, unloaded_weights
+from . import runs
+from .models import ElcBertForMaskedLM, LayerFusionForMaskedLM
+from .models.loading import check_weights_loaded, key_list, unloaded_weights
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     there), looked for before the model loads."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
 
-    from .. import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
+    from . import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
 
     if kind is not None and kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")

@@ -1,0 +1,43 @@
+"""The package's imports point one way (README "Layout"): cli -> the job layers (training, evaluation, analysis, hub)
+-> the shared layer (models, data, runs, plots, scoring); models import nothing else of the package, and no job layer
+imports another."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "elc_bert"
+JOB_LAYERS = {"training", "evaluation", "analysis", "hub"}
+
+
+def imported_parts(path: Path) -> set[str]:
+    """The top-level parts of elc_bert (folder or module name) that the module at `path` imports."""
+    here = path.relative_to(PACKAGE).parts[:-1]  # its package inside elc_bert
+    parts = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(here[: len(here) - node.level + 1])
+                target = base + (node.module.split(".") if node.module else [])
+                names = [target] if node.module else [target + [alias.name] for alias in node.names]
+            elif node.module and node.module.startswith("elc_bert"):
+                names = [node.module.split(".")[1:]]
+            else:
+                continue
+            parts.update(name[0] for name in names if name)
+    return parts
+
+
+def test_imports_point_one_way():
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        layer = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        parts = imported_parts(path) - {layer}
+        if layer == "models" and parts:
+            wrong.append(f"{path.relative_to(PACKAGE)} imports {sorted(parts)}")
+        if layer in JOB_LAYERS and parts & JOB_LAYERS:
+            wrong.append(f"{path.relative_to(PACKAGE)} imports the job layer(s) {sorted(parts & JOB_LAYERS)}")
+        if layer not in JOB_LAYERS | {"cli", "__init__"} and parts & (JOB_LAYERS | {"cli"}):
+            wrong.append(
+                f"{path.relative_to(PACKAGE)} ({layer}) imports upward: {sorted(parts & (JOB_LAYERS | {'cli'}))}"
+            )
+    assert not wrong, "\n".join(wrong)
