@@ -235,9 +235,10 @@ def run(args):
         eval_blimp(args)
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
-        from .analysis.report import REPORT_MD, analyze, load_model, load_sentences
+        from .analysis.report import REPORT_MD, analyze, load_sentences
+        from .scoring import load_model
 
-        model, tokenizer = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
+        model, tokenizer, _ = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
         strategies = STRATEGIES if args.strategies is None else args.strategies
         sentences = load_sentences(args.data, args.max_sentences)
         analyze(

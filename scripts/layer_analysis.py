@@ -16,8 +16,9 @@ from pathlib import Path
 import yaml
 
 from elc_bert.analysis import analyze, load_sentences
-from elc_bert.analysis.report import REPORT_JSON, load_model
+from elc_bert.analysis.report import REPORT_JSON
 from elc_bert.runs import resolve_model
+from elc_bert.scoring import load_model
 
 
 def main():
@@ -41,7 +42,7 @@ def main():
                 print(f"skipping {name}: no model in {path} yet (train it first)")
                 continue
             print(f"\n== {name} ==")
-            model, tokenizer = load_model(path)
+            model, tokenizer, _ = load_model(path)
             options = {key: entry[key] for key in ("metric", "pppl_sentences") if key in entry}
             analyze(model, tokenizer, sentences, out, **options)
         reports[name] = json.loads((out / REPORT_JSON).read_text())

@@ -35,11 +35,11 @@ from elc_bert.analysis import (
     swap_plan,
     weight_statistics,
 )
-from elc_bert.analysis.report import load_model
 from elc_bert.cli import main
 from elc_bert.evaluation import pseudo_log_likelihoods
 from elc_bert.models import ElcBertConfig, ElcBertModel, LayerFusionModel
 from elc_bert.models.modeling_elc_bert import ElcBertEncoder
+from elc_bert.scoring import load_model
 
 
 def tiny_bert(layers=4, cls=BertModel):
@@ -509,14 +509,14 @@ def save_encoder(folder, architectures=None):
 
 
 def test_load_model_takes_an_encoder_bare_and_refuses_a_missing_head(tmp_path):
-    model, _ = load_model(str(save_encoder(tmp_path / "encoder")))
+    model, _, _ = load_model(str(save_encoder(tmp_path / "encoder")))
     assert type(model) is BertModel  # a sentence encoder is analysed without LM head (representation drift)
     relabelled = save_encoder(tmp_path / "relabelled", ["BertForMaskedLM"])
     with pytest.raises(ValueError) as error:
         load_model(str(relabelled))
     assert str(error.value).startswith(f"{relabelled}: the checkpoint does not fill BertForMaskedLM")
     assert "cls.predictions.bias" in str(error.value) and "(6 in all)" in str(error.value)
-    model, _ = load_model(str(relabelled), allow_unloaded_weights=True)
+    model, _, _ = load_model(str(relabelled), allow_unloaded_weights=True)
     assert type(model) is BertForMaskedLM
 
 

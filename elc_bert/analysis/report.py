@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 from .. import plots
-from ..scoring import load_model as load_language_model
 from .interventions import STRATEGIES
 from .metrics import (
     PseudoPerplexity,
@@ -21,14 +20,6 @@ from .metrics import (
 
 REPORT_JSON = "report.json"  # what `analyze` measured, every number
 REPORT_MD = "report.md"  # the same as Markdown tables
-
-
-def load_model(path: str, *, allow_unloaded_weights: bool = False):
-    """The model with the language-modelling head its config names (masked or causal), else the bare model (e.g. the
-    MiniLM sentence encoder); and its tokenizer. A checkpoint that does not fill the model raises a ValueError naming
-    the folder and the keys, unless `allow_unloaded_weights` (`scoring.load_model`)."""
-    model, tokenizer, _ = load_language_model(path, allow_unloaded_weights=allow_unloaded_weights)
-    return model, tokenizer
 
 
 def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 5) -> list[str]:
