@@ -181,3 +181,29 @@ def start_hub_server(token: str):
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, state, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+# Run in a child process before anything else: `import elc_bert` (and any submodule) raises ImportError from there on.
+BLOCK_PACKAGE = """
+import sys
+sys.modules["elc_bert"] = None
+try:
+    import elc_bert  # noqa: F401
+except ImportError:
+    pass
+else:
+    raise SystemExit("elc_bert is importable in the child process")
+"""
+
+
+def point_hub_client_at(patch, endpoint: str, token: str) -> None:
+    """Makes this process's `huggingface_hub` talk to `endpoint` with `token` (`patch`: a pytest MonkeyPatch)."""
+    import huggingface_hub.constants
+
+    # huggingface_hub read HF_ENDPOINT into its constants when it was imported ...
+    patch.setenv("HF_ENDPOINT", endpoint)
+    patch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
+    # ... and the download URL template built from it (`push_to_hub` reads the repo's model card back).
+    template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    patch.setenv("HF_TOKEN", token)

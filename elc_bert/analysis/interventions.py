@@ -23,6 +23,7 @@ import random
 import torch
 from torch import nn
 
+from ..models.configuration_layer_fusion import LayerFusionConfig
 from ..models.modeling_elc_bert import Parallel, check_layer_plan
 
 STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
@@ -87,6 +88,7 @@ def _is_block_list(module: nn.Module, name: str) -> bool:
 
 
 def num_layers(model: nn.Module) -> int:
+    """How many layers the model's layer list holds (`layer_list`)."""
     owner, name = layer_list(model)
     return len(getattr(owner, name))
 
@@ -115,8 +117,8 @@ def apply_layer_plan(model: nn.Module, plan: list):
     layer-fusion model's head reads one state per backbone layer, so under it only plans of as many steps as the
     backbone has layers can run (a swap, a reversed order); others raise ValueError before anything changes."""
     owner, name = layer_list(model)
-    layers = len(getattr(owner, name))
-    if getattr(model.config, "model_type", None) == "layer_fusion" and len(plan) != layers:
+    layers = num_layers(model)
+    if getattr(model.config, "model_type", None) == LayerFusionConfig.model_type and len(plan) != layers:
         raise ValueError(
             f"a layer plan of {len(plan)} steps over a layer-fusion model, whose head reads one state per backbone "
             f"layer ({layers}): plans that skip or repeat layers cannot run under the head; analyse its backbone"

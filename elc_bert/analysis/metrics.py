@@ -14,7 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..scoring import DEFAULT_BATCH_TOKENS, language_model_kind, token_pseudo_log_likelihoods
-from .interventions import STRATEGIES, apply_layer_plan, layer_list, painters_plan, skip_plan
+from .interventions import STRATEGIES, apply_layer_plan, layer_list, num_layers, painters_plan, skip_plan
 
 
 def text_batches(tokenizer, sentences: list[str], batch_size: int = 16, max_length: int = 128) -> list[dict]:
@@ -201,7 +201,7 @@ def leave_one_out(model, metric) -> dict:
     """The metric with each layer skipped in turn, and its change in % of the unmodified model's (none for the drift
     metric, whose baseline is 0: the drift is itself the change). `metric` is a TaskMetric or a CustomMetric (e.g.
     a fine-tuned head's dev F1); a layer whose removal improves it is flagged."""
-    total = len(getattr(*layer_list(model)))
+    total = num_layers(model)
     base = metric()
     rows = []
     for layer in tqdm(range(total), desc="leave-one-out"):
@@ -226,7 +226,7 @@ def _better(metric, value: float, base: float) -> bool:
 def painters_sweep(model, metric, strategies=STRATEGIES, seeds: int = 3, iterations: int = 3) -> dict:
     """The metric for every strategy and start N (so M = T - 2N - 1 middle layers changed, from 1 to T - 1); the
     random strategy averages `seeds` orders."""
-    total = len(getattr(*layer_list(model)))
+    total = num_layers(model)
     starts = list(range((total - 2) // 2, -1, -1))
     curves = {}
     jobs = [(strategy, start) for strategy in strategies for start in starts]

@@ -191,13 +191,16 @@ def scoring_columns(encoded, max_length: int):
     return encoded.remove_columns(["ner_tags", "word_index"]), words
 
 
+BEST_EPOCH = "best.json"  # in a kept model folder: the epoch it is from and its dev F1
+
+
 class KeepBestModel(TrainerCallback):
     """Saves the model to `folder` after each evaluation that beats the best dev F1 so far (with `best.json`: the
     epoch and its F1), so the best epoch's model survives the training and an interrupted trial."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        record = folder / "best.json"
+        record = folder / BEST_EPOCH
         self.best = json.loads(record.read_text())["dev_f1"] if record.exists() else -1.0
 
     def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
@@ -205,7 +208,7 @@ class KeepBestModel(TrainerCallback):
             return
         self.best = metrics["eval_f1"]
         model.save_pretrained(self.folder)
-        (self.folder / "best.json").write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
+        (self.folder / BEST_EPOCH).write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
 
 
 def build_model(config: FinetuneNerConfig, label_names: list[str]):
@@ -401,7 +404,7 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
         scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
     data.tokenizer.save_pretrained(run_dir / runs.MODEL)
     runs.record_model(config.output_dir, run_dir / runs.MODEL)
-    scores["best_epoch"] = json.loads((run_dir / runs.MODEL / "best.json").read_text())["epoch"]
+    scores["best_epoch"] = json.loads((run_dir / runs.MODEL / BEST_EPOCH).read_text())["epoch"]
     if data.test is not None:
         if getattr(model.base_model, "feature_cache", None) is not None:
             model.base_model.enable_feature_cache(False)  # test sentences are read once
