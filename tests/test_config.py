@@ -362,6 +362,24 @@ def test_typed_config_resumes_with_the_config_it_saved(tmp_path):
         save_config(dataclasses.replace(config, learning_rate=1e-3), run / "pretrain_config.yaml")
 
 
+def test_a_resumed_pretraining_run_may_change_how_it_checkpoints_but_not_what_it_trains(tmp_path):
+    """Checkpoint cadence, logging and the progress bar do not change what a run learns: a resume may change them
+    (e.g. checkpoints more often, so that an interrupted session loses less). Any other TrainingArguments field
+    inside `training` is named by its dotted key."""
+    extra = "training: {save_steps: 600, eval_steps: 300, report_to: []}\nmodel: {layer_combination: elc}\n"
+    config = _load(tmp_path, "pretrain", [], extra)
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(config, run / "pretrain_config.yaml")
+    (run / "checkpoint-600").mkdir()
+    bookkeeping = ["training.save_steps=200", "training.logging_steps=7", "training.disable_tqdm=true"]
+    save_config(_load(tmp_path, "pretrain", bookkeeping, extra), run / "pretrain_config.yaml")
+    with pytest.raises(ValueError, match=r"training\.warmup_steps: None -> 5"):
+        save_config(_load(tmp_path, "pretrain", ["training.warmup_steps=5"], extra), run / "pretrain_config.yaml")
+    with pytest.raises(ValueError, match=r"model\.layer_combination: 'elc' -> 'residual'"):
+        save_config(_load(tmp_path, "pretrain", ["model.layer_combination=residual"], extra), run / "pretrain_config.yaml")
+
+
 def test_a_few_shot_or_glue_run_with_finished_work_refuses_another_config(tmp_path):
     """finetune-ner keeps its checkpoints and results in n<N>/trial<t>/, finetune-glue in <task>/: a rerun of such a
     folder with another recipe would reuse the finished trials or tasks under the new config, so it is refused;

@@ -374,16 +374,28 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
         raise ValueError(f"{where}: {error}") from None
 
 
+def _flatten(values: dict, prefix: str = "") -> dict:
+    """A nested mapping as dotted keys (`training.save_steps`); an empty mapping adds no key."""
+    flat = {}
+    for key, value in values.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def save_config(config, path: str | Path) -> None:
     """Writes the resolved config beside a run's outputs. When the folder already holds work the run would resume or
     reuse (`runs.has_work`: checkpoints, finished trials or tasks), the config must be the one it was started with: a
     different one raises ValueError naming the fields that differ, instead of mixing two configs in one run. The
-    fields a config class names in its `may_change` (e.g. more trials) may differ."""
+    fields a config class names in its `may_change` (e.g. more trials; dotted names reach into mappings) may differ."""
     path = Path(path)
     if path.exists() and runs.has_work(path.parent):
         with open(path, encoding="utf-8") as handle:
             saved = yaml.safe_load(handle) or {}
-        current = yaml.safe_load(yaml.safe_dump(dataclasses.asdict(config)))  # the same types as the file's
+        current = _flatten(yaml.safe_load(yaml.safe_dump(dataclasses.asdict(config))))  # the same types as the file's
+        saved = _flatten(saved)
         keys = ({*saved, *current}) - {"output_dir", *getattr(config, "may_change", ())}
         changed = sorted(key for key in keys if saved.get(key) != current.get(key))
         if changed:

@@ -4,7 +4,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import datasets
 import pyarrow.compute
@@ -75,6 +75,10 @@ class PretrainConfig:
     )
     shuffle_buffer: int = config_field(10_000, "samples in the streaming shuffle buffer", bounds=">= 1")
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
+    # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
+    may_change: ClassVar[tuple[str, ...]] = tuple(
+        f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")
+    )
 
     def __post_init__(self):
         check_fields(self)
