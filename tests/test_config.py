@@ -372,12 +372,13 @@ def test_a_resumed_pretraining_run_may_change_how_it_checkpoints_but_not_what_it
     run.mkdir()
     save_config(config, run / "pretrain_config.yaml")
     (run / "checkpoint-600").mkdir()
+    saved = run / "pretrain_config.yaml"
     bookkeeping = ["training.save_steps=200", "training.logging_steps=7", "training.disable_tqdm=true"]
-    save_config(_load(tmp_path, "pretrain", bookkeeping, extra), run / "pretrain_config.yaml")
+    save_config(_load(tmp_path, "pretrain", bookkeeping, extra), saved)
     with pytest.raises(ValueError, match=r"training\.warmup_steps: None -> 5"):
-        save_config(_load(tmp_path, "pretrain", ["training.warmup_steps=5"], extra), run / "pretrain_config.yaml")
+        save_config(_load(tmp_path, "pretrain", ["training.warmup_steps=5"], extra), saved)
     with pytest.raises(ValueError, match=r"model\.layer_combination: 'elc' -> 'residual'"):
-        save_config(_load(tmp_path, "pretrain", ["model.layer_combination=residual"], extra), run / "pretrain_config.yaml")
+        save_config(_load(tmp_path, "pretrain", ["model.layer_combination=residual"], extra), saved)
 
 
 def test_a_few_shot_or_glue_run_with_finished_work_refuses_another_config(tmp_path):
