@@ -15,7 +15,8 @@ BLiMP and the supplement (`elc-bert eval-blimp`'s scorer), and writes into `resu
 tokens seen), `alpha.png` (the ELC-BERT runs' layer weights) and `blimp_fields.png` (BLiMP accuracy per field and
 run). A plan with `checkpoint_blimp: {pairs_per_set: K}` also scores every saved checkpoint on the first K pairs of
 each BLiMP set (the learning curve, `blimp_curve.png`), finished or not: a run still training contributes the
-checkpoints it has.
+checkpoints it has; with `target: T` there, the report adds the tokens a least-squares line of accuracy against
+log(tokens seen) through each run's checkpoints asks for an accuracy of T (an extrapolation).
 """
 
 import argparse
@@ -150,6 +151,16 @@ def tokens_seen(base: PretrainConfig, step: int) -> int:
     return short * base.batch_size * base.seq_length + long * (base.batch_size // 4) * base.long_seq_length
 
 
+def tokens_to_reach(tokens: list[float], accuracies: list[float], target: float) -> float | None:
+    """Where the least-squares line of accuracy against log(tokens) through a learning curve's points reaches
+    `target` (tokens), or None with fewer than 3 points or a line that does not rise. An extrapolation: a guide to the
+    budget a trend asks for, not a prediction."""
+    if len(tokens) < 3:
+        return None
+    slope, intercept = np.polyfit(np.log(tokens), accuracies, 1)
+    return float(np.exp((target - intercept) / slope)) if slope > 0 else None
+
+
 def run_metrics(plan: dict, runs: dict) -> dict:
     """{(name, seed): {"final": final metrics or None, "log_history": [...], "step": last step}}: a finished run's
     metrics.json, or the trainer state of the last checkpoint of a run still training (left out when it has none)."""
@@ -218,6 +229,20 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
         for (name, seed), by_step in curves.items():
             cells = [f"{100 * by_step[s]['overall']:.1f}" if s in by_step else "" for s in steps]
             lines.append(f"| {name}/seed{seed} | " + " | ".join(cells) + " |")
+        target = plan["checkpoint_blimp"].get("target")
+        if target is not None:
+            trend = f"Tokens a line of BLiMP against log(tokens seen) through the checkpoints asks for {target:.0%}"
+            lines += ["", f"{trend} (an extrapolation; 3 checkpoints or more):", ""]
+            for (name, seed), by_step in curves.items():
+                steps = sorted(by_step)
+                tokens = [tokens_seen(base, step) for step in steps]
+                needed = tokens_to_reach(tokens, [by_step[step]["overall"] for step in steps], target)
+                if len(steps) >= 3:
+                    guess = f"{needed / 1e6:,.0f} M tokens" if needed else "not reached (the line does not rise)"
+                    lines.append(f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints)")
+                    table[f"{name}/seed{seed}"]["tokens_to_target"] = needed
+            if not lines[-1].startswith("- "):
+                lines.append("(no run has 3 scored checkpoints yet)")
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
     print("\n".join(lines))
