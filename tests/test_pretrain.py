@@ -208,7 +208,7 @@ def test_resuming_with_a_different_config_names_the_fields(tmp_path):
     save_config(dataclasses.replace(config, max_steps=20), path)  # no checkpoint yet: a fresh start, overwritten
     (tmp_path / "checkpoint-5").mkdir()
     save_config(dataclasses.replace(config, max_steps=20), path)  # the config it was started with: resumes
-    expected = r"pretrain_config.yaml.*max_steps: 20 -> 10.*model: \{\} -> \{'layer_combination'"
+    expected = r"pretrain_config.yaml.*max_steps: 20 -> 10.*model.layer_combination: None -> 'residual'"
     with pytest.raises(ValueError, match=expected):
         save_config(dataclasses.replace(config, model={"layer_combination": "residual"}), path)
 
