@@ -102,6 +102,24 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
         assert torch.equal(expected[key], final[key]), key
 
 
+def test_a_resumed_run_checkpoints_as_it_is_now_told_and_learns_the_same(tmp_path):
+    """A run killed after its step-4 checkpoint (one every 4 steps), resumed with `training.save_steps` 2: it
+    checkpoints at steps 6 and 8 (the Trainer alone keeps the cadence saved in the checkpoint), and ends with the
+    weights of an uninterrupted run."""
+    training = {"save_steps": 4, "logging_steps": 1, "dataloader_num_workers": 0}
+    uninterrupted = _config(tmp_path / "a", max_steps=8, training=training)
+    pretrain(uninterrupted)
+    interrupted = _config(tmp_path / "b", max_steps=8, training=training)
+    killed = _run(_write_config(interrupted, tmp_path / "b.yaml"), "--die-after-checkpoint", 4)
+    assert killed.returncode == 17, killed.stderr[-2000:]
+    pretrain(dataclasses.replace(interrupted, training={**training, "save_steps": 2}))
+    run = Path(interrupted.output_dir)
+    assert sorted(path.name for path in runs.checkpoints(run)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
+    expected = load_file(Path(uninterrupted.output_dir) / "model.safetensors")
+    final = load_file(run / "model.safetensors")
+    assert all(torch.equal(expected[key], final[key]) for key in expected)
+
+
 def test_config_file_and_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("output_dir: out\ntrain_files: [a]\nmodel: {layer_combination: elc}\n")

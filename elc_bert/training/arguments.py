@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import torch
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 
 def training_arguments(output_dir: str | Path, seed: int, overrides: dict, **job) -> TrainingArguments:
@@ -19,3 +19,12 @@ def training_arguments(output_dir: str | Path, seed: int, overrides: dict, **job
     arguments.update(job)
     arguments.update(overrides)
     return TrainingArguments(**arguments)
+
+
+class CadenceFromArguments(TrainerCallback):
+    """A resumed run logs, evaluates and checkpoints as its TrainingArguments say now. The Trainer keeps the cadence
+    saved in the checkpoint's trainer state (and warns that they differ), which would silently ignore a resume's
+    new `save_steps` or `logging_steps`; this callback sets the state's from the arguments when training begins."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.compute_steps(args, state.max_steps)

@@ -18,7 +18,7 @@ from ..data.text import corpus_files
 from ..data.tokenizer import train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
 from ..plots import plot_curves
-from .arguments import training_arguments
+from .arguments import CadenceFromArguments, training_arguments
 from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
@@ -419,6 +419,7 @@ def pretrain(config: PretrainConfig) -> dict:
         eval_dataset=_validation_rows(config, validation),
         data_collator=BatchRowCollator(_masking(config, tokenizer)),
         optimizers=_optimizers(config, model),
+        callbacks=[CadenceFromArguments()],  # a resume may change how often it checkpoints (PretrainConfig.may_change)
     )
     checkpoint = runs.last_checkpoint(output_dir)
     first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
