@@ -173,8 +173,9 @@ def run_metrics(plan: dict, runs: dict) -> dict:
             states = [state for state in states if state.exists()]
             if not states:
                 continue
-            metric = {"final": None, "log_history": json.loads(states[-1].read_text())["log_history"]}
-        metric["step"] = max(entry["step"] for entry in metric["log_history"])
+            state = json.loads(states[-1].read_text())
+            metric = {"final": None, "log_history": state["log_history"], "step": state["global_step"]}
+        metric.setdefault("step", max(entry["step"] for entry in metric["log_history"]))
         metrics[(name, seed)] = metric
     return metrics
 
