@@ -108,11 +108,13 @@ def test_a_resumed_run_checkpoints_as_it_is_now_told_and_learns_the_same(tmp_pat
     weights of an uninterrupted run."""
     training = {"save_steps": 4, "logging_steps": 1, "dataloader_num_workers": 0}
     uninterrupted = _config(tmp_path / "a", max_steps=8, training=training)
-    pretrain(uninterrupted)
-    interrupted = _config(tmp_path / "b", max_steps=8, training=training)
-    killed = _run(_write_config(interrupted, tmp_path / "b.yaml"), "--die-after-checkpoint", 4)
+    assert _run(_write_config(uninterrupted, tmp_path / "a.yaml")).returncode == 0  # each run in its own process,
+    interrupted = _config(tmp_path / "b", max_steps=8, training=training)  # with the same threads
+    path = _write_config(interrupted, tmp_path / "b.yaml")
+    killed = _run(path, "--die-after-checkpoint", 4)
     assert killed.returncode == 17, killed.stderr[-2000:]
-    pretrain(dataclasses.replace(interrupted, training={**training, "save_steps": 2}))
+    resumed = _run(path, "training.save_steps=2")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
     run = Path(interrupted.output_dir)
     assert sorted(path.name for path in runs.checkpoints(run)) == ["checkpoint-4", "checkpoint-6", "checkpoint-8"]
     expected = load_file(Path(uninterrupted.output_dir) / "model.safetensors")
