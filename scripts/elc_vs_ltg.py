@@ -297,13 +297,25 @@ def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path
     if not any(curves.values()):
         return
     figure, axis = plt.subplots(figsize=(6.5, 4))
+    target = plan["checkpoint_blimp"].get("target")
     for (name, seed), by_step in curves.items():
+        if not by_step:
+            continue
         steps = sorted(by_step)
         tokens = [tokens_seen(base, step) / 1e6 for step in steps]
-        axis.plot(tokens, [100 * by_step[step]["overall"] for step in steps], "o-", label=f"{name} s{seed}")
+        accuracies = [100 * by_step[step]["overall"] for step in steps]
+        line = axis.plot(tokens, accuracies, "o-", label=f"{name} s{seed}")[0]
+        needed = tokens_to_reach(tokens, accuracies, 100 * target) if target is not None else None
+        if needed is not None:  # the trend line, up to where it reaches the target
+            ends = np.array([tokens[0], needed])
+            slope, intercept = np.polyfit(np.log(tokens), accuracies, 1)
+            axis.plot(ends, intercept + slope * np.log(ends), "--", color=line.get_color(), linewidth=0.8)
     axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
+    if target is not None:
+        axis.axhline(100 * target, color="grey", linewidth=0.8, linestyle="-.")
     pairs = plan["checkpoint_blimp"]["pairs_per_set"]
-    axis.set(xlabel="tokens seen (M)", ylabel="BLiMP accuracy (%)", title=f"BLiMP ({pairs} pairs per set) vs tokens")
+    title = f"BLiMP ({pairs} pairs per set) vs tokens" + (", with log-linear trends (--)" if target else "")
+    axis.set(xlabel="tokens seen (M)", ylabel="BLiMP accuracy (%)", title=title, xscale="log")
     axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
