@@ -151,13 +151,19 @@ def tokens_seen(base: PretrainConfig, step: int) -> int:
     return short * base.batch_size * base.seq_length + long * (base.batch_size // 4) * base.long_seq_length
 
 
-def tokens_to_reach(tokens: list[float], accuracies: list[float], target: float) -> float | None:
-    """Where the least-squares line of accuracy against log(tokens) through a learning curve's points reaches
-    `target` (tokens), or None with fewer than 3 points or a line that does not rise. An extrapolation: a guide to the
-    budget a trend asks for, not a prediction."""
+def log_linear_trend(tokens: list[float], accuracies: list[float]) -> tuple[float, float] | None:
+    """(slope, intercept) of the least-squares line of accuracy against log(tokens) through a learning curve's
+    points, or None with fewer than 3 points."""
     if len(tokens) < 3:
         return None
     slope, intercept = np.polyfit(np.log(tokens), accuracies, 1)
+    return float(slope), float(intercept)
+
+
+def tokens_to_reach(trend: tuple[float, float], target: float) -> float | None:
+    """Where a `log_linear_trend` reaches `target` (in the trend's token unit), or None when it does not rise. An
+    extrapolation: a guide to the budget a trend asks for, not a prediction."""
+    slope, intercept = trend
     return float(np.exp((target - intercept) / slope)) if slope > 0 else None
 
 
@@ -232,18 +238,20 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
             lines.append(f"| {name}/seed{seed} | " + " | ".join(cells) + " |")
         target = plan["checkpoint_blimp"].get("target")
         if target is not None:
-            trend = f"Tokens a line of BLiMP against log(tokens seen) through the checkpoints asks for {target:.0%}"
-            lines += ["", f"{trend} (an extrapolation; 3 checkpoints or more):", ""]
+            heading = f"Tokens a line of BLiMP against log(tokens seen) through the checkpoints asks for {target:.0%}"
+            lines += ["", f"{heading} (an extrapolation; 3 checkpoints or more):", ""]
+            estimates = []
             for (name, seed), by_step in curves.items():
                 steps = sorted(by_step)
                 tokens = [tokens_seen(base, step) for step in steps]
-                needed = tokens_to_reach(tokens, [by_step[step]["overall"] for step in steps], target)
-                if len(steps) >= 3:
-                    guess = f"{needed / 1e6:,.0f} M tokens" if needed else "not reached (the line does not rise)"
-                    lines.append(f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints)")
-                    table[f"{name}/seed{seed}"]["tokens_to_target"] = needed
-            if not lines[-1].startswith("- "):
-                lines.append("(no run has 3 scored checkpoints yet)")
+                trend = log_linear_trend(tokens, [by_step[step]["overall"] for step in steps])
+                if trend is None:
+                    continue
+                needed = tokens_to_reach(trend, target)
+                guess = f"{needed / 1e6:,.0f} M tokens" if needed else "not reached (the line does not rise)"
+                estimates.append(f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints)")
+                table[f"{name}/seed{seed}"]["tokens_to_target"] = needed
+            lines += estimates or ["(no run has 3 scored checkpoints yet)"]
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
     print("\n".join(lines))
@@ -305,10 +313,11 @@ def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path
         tokens = [tokens_seen(base, step) / 1e6 for step in steps]
         accuracies = [100 * by_step[step]["overall"] for step in steps]
         line = axis.plot(tokens, accuracies, "o-", label=f"{name} s{seed}")[0]
-        needed = tokens_to_reach(tokens, accuracies, 100 * target) if target is not None else None
+        trend = log_linear_trend(tokens, accuracies) if target is not None else None
+        needed = tokens_to_reach(trend, 100 * target) if trend is not None else None
         if needed is not None:  # the trend line, up to where it reaches the target
+            slope, intercept = trend
             ends = np.array([tokens[0], needed])
-            slope, intercept = np.polyfit(np.log(tokens), accuracies, 1)
             axis.plot(ends, intercept + slope * np.log(ends), "--", color=line.get_color(), linewidth=0.8)
     axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
     if target is not None:

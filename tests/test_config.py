@@ -370,9 +370,9 @@ def test_a_resumed_pretraining_run_may_change_how_it_checkpoints_but_not_what_it
     config = _load(tmp_path, "pretrain", [], extra)
     run = tmp_path / "run"
     run.mkdir()
-    save_config(config, run / "pretrain_config.yaml")
-    (run / "checkpoint-600").mkdir()
     saved = run / "pretrain_config.yaml"
+    save_config(config, saved)
+    (run / "checkpoint-600").mkdir()
     bookkeeping = ["training.save_steps=200", "training.logging_steps=7", "training.disable_tqdm=true"]
     save_config(_load(tmp_path, "pretrain", bookkeeping, extra), saved)
     with pytest.raises(ValueError, match=r"training\.warmup_steps: None -> 5"):

@@ -107,9 +107,10 @@ def test_a_resumed_run_checkpoints_as_it_is_now_told_and_learns_the_same(tmp_pat
     checkpoints at steps 6 and 8 (the Trainer alone keeps the cadence saved in the checkpoint), and ends with the
     weights of an uninterrupted run."""
     training = {"save_steps": 4, "logging_steps": 1, "dataloader_num_workers": 0}
+    # Every run in its own process, so that all three use the same number of threads (bit-identical weights).
     uninterrupted = _config(tmp_path / "a", max_steps=8, training=training)
-    assert _run(_write_config(uninterrupted, tmp_path / "a.yaml")).returncode == 0  # each run in its own process,
-    interrupted = _config(tmp_path / "b", max_steps=8, training=training)  # with the same threads
+    assert _run(_write_config(uninterrupted, tmp_path / "a.yaml")).returncode == 0
+    interrupted = _config(tmp_path / "b", max_steps=8, training=training)
     path = _write_config(interrupted, tmp_path / "b.yaml")
     killed = _run(path, "--die-after-checkpoint", 4)
     assert killed.returncode == 17, killed.stderr[-2000:]
