@@ -6,7 +6,8 @@
 
 With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out SUMMARY_DIR
 --name blimp`) are still reported. With --runs only the named runs are pretrained (several processes can train runs
-side by side, one thread each) and nothing is scored or reported.
+side by side, one thread each) and nothing is scored or reported; with --no-train and --runs only the named runs are
+scored (processes side by side again), and the report covers every run's scores on disk.
 
 Trains one tokenizer on the training files, then pretrains every (model, seed) of the plan from the same base config
 with that tokenizer (finished runs are skipped, interrupted ones resume from their last checkpoint), scores each on
@@ -340,15 +341,24 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", type=Path)
     parser.add_argument("--skip-blimp", action="store_true", help="score no model; scores on disk are still reported")
-    parser.add_argument("--runs", nargs="+", help="pretrain only these runs (e.g. elc-bert-seed42), then stop")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        help="pretrain only these runs (e.g. elc-bert-seed42), then stop; with --no-train, score only these",
+    )
     parser.add_argument("--no-train", action="store_true", help="train nothing: score and report what is on disk")
     args = parser.parse_args()
     plan = yaml.safe_load(args.plan.read_text())
     runs = pretrain_all(plan, only=[] if args.no_train else args.runs)
-    if args.runs:
+    if args.runs and not args.no_train:
         return
-    scores = score_blimp(plan, runs, score_missing=not args.skip_blimp)
-    curves = score_checkpoints(plan, runs, score_missing=not args.skip_blimp) if "checkpoint_blimp" in plan else {}
+    # with --no-train, --runs picks the runs to score (processes side by side); the report covers every run
+    score = {key: not args.skip_blimp and (not args.runs or f"{key[0]}-seed{key[1]}" in args.runs) for key in runs}
+    scores, curves = {}, {}
+    for key, summary_dir in runs.items():
+        scores |= score_blimp(plan, {key: summary_dir}, score_missing=score[key])
+        if "checkpoint_blimp" in plan:
+            curves |= score_checkpoints(plan, {key: summary_dir}, score_missing=score[key])
     write(plan, args.plan, runs, scores, curves)
 
 
