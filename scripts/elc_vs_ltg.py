@@ -355,10 +355,10 @@ def main():
     # with --no-train, --runs picks the runs to score (processes side by side); the report covers every run
     score = {key: not args.skip_blimp and (not args.runs or f"{key[0]}-seed{key[1]}" in args.runs) for key in runs}
     scores, curves = {}, {}
-    for key, summary_dir in runs.items():
-        scores |= score_blimp(plan, {key: summary_dir}, score_missing=score[key])
+    for key, summary_dir in runs.items():  # the short learning-curve scores first, then all of BLiMP
         if "checkpoint_blimp" in plan:
             curves |= score_checkpoints(plan, {key: summary_dir}, score_missing=score[key])
+        scores |= score_blimp(plan, {key: summary_dir}, score_missing=score[key])
     write(plan, args.plan, runs, scores, curves)
 
 
