@@ -353,7 +353,7 @@ def main():
     if args.runs and not args.no_train:
         return
     # with --no-train, --runs picks the runs to score (processes side by side); the report covers every run
-    score = {key: not args.skip_blimp and (not args.runs or f"{key[0]}-seed{key[1]}" in args.runs) for key in runs}
+    score = {key: not args.skip_blimp and (not args.runs or run_dir(plan, *key).name in args.runs) for key in runs}
     scores, curves = {}, {}
     for key, summary_dir in runs.items():  # the short learning-curve scores first, then all of BLiMP
         if "checkpoint_blimp" in plan:

@@ -6,9 +6,10 @@
 Runs `elc-bert finetune-ner` for each experiment x head of the YAML file (an experiment may list its own `heads` and
 name its `backbone`; `--experiments` trains some of them; finished trials are skipped, so an interrupted run resumes,
 and two processes started side by side share out the trials), then writes into `results_dir`, for every experiment:
-`results.md` / `results.json` (best dev F1, mean +- 95% t-interval over trials, per N), `f1_vs_n.png` (one line per
-head, per experiment) and `dwatt_depth_weights.png` (DWAtt's mean weight over the backbone's states, per experiment
-and N), and with the plan's `fe_vs_ft` pair the fine-tuning vs feature-extraction table and `fe_vs_ft.png`.
+`results.md` / `results.json` (best dev F1, mean +- 95% t-interval over trials, per N; results.md also DWAtt's mean
+depth weights), `f1_vs_n.png` (one line per head, per experiment) and `dwatt_depth_weights.png` (DWAtt's mean weight
+over the backbone's states, per experiment and N), and with the plan's `fe_vs_ft` pair the fine-tuning vs
+feature-extraction table and `fe_vs_ft.png`.
 """
 
 import argparse
@@ -90,6 +91,10 @@ def write(results: dict, plan: dict, results_dir: Path):
             cells = [cell(summary.get(f"n{n}")) for n in shots]
             lines.append(f"| {head} | " + " | ".join(cells) + " |")
             table[f"{name}/{head}"] = {f"n{n}": summary[f"n{n}"] for n in shots if f"n{n}" in summary}
+        for head in heads:  # the numbers of dwatt_depth_weights.png
+            for n, weights in results[(name, head)]["depth_weights"].items():
+                values = " ".join(f"{weight:.2f}" for weight in weights)
+                lines += ["", f"{head} mean depth weights, fused states 0 (the embeddings) to L, N = {n}: {values}"]
     lines += fe_vs_ft(results, plan, results_dir)
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
