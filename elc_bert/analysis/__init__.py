@@ -1,4 +1,5 @@
-"""Layer analysis: which layers count, and how they can be rearranged (docs/layer-analysis.md)."""
+"""Layer analysis: which layers count, and how they can be rearranged (Sun et al., "Transformer Layers as Painters",
+arXiv 2407.09298)."""
 
 from .interventions import (
     STRATEGIES,

@@ -1,5 +1,5 @@
 """Layer plans: run a loaded model's layers skipped, reordered, repeated or in parallel, without copying or changing
-its weights (Sun et al., "Transformer Layers as Painters"; see docs/layer-analysis.md).
+its weights (Sun et al., "Transformer Layers as Painters"; arXiv 2407.09298).
 
 A plan is a list of steps over the model's layer indices 0..T-1: an `int` runs that layer, a `Parallel` runs a group
 of layers on the same input and averages their outputs (k times, feeding the average back: looped parallel).

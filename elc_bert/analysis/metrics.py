@@ -254,7 +254,7 @@ def _flat_layer_weights(model) -> list[torch.Tensor]:
 def weight_statistics(model, null_permutations: int = 20, seed: int = 0) -> dict:
     """Per layer: the parameters' L2 norm, mean, std; and the mean correlation of consecutive weight deltas,
     corr(e_{l+1} - e_l, e_{l+2} - e_{l+1}), beside the same statistic with the layers shuffled (a null: independent
-    layers give -1/2 by construction, docs/layer-analysis.md)."""
+    layers give -1/2 by construction)."""
     weights = _flat_layer_weights(model)
 
     def delta_correlation(order):

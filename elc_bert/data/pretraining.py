@@ -1,4 +1,5 @@
-"""Pretraining data: sentence packing and the reference recipe's span-masking collator (../shared/docs/elc-bert.md).
+"""Pretraining data: sentence packing and the reference recipe's span-masking collator (the ELC-BERT paper, arXiv
+2311.02265).
 
 The collator is vectorised over the batch and over candidate spans: no Python loop per sample or per span.
 """

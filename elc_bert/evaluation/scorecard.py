@@ -1,7 +1,7 @@
 """`elc-bert scorecard RUN_DIR`: BLiMP, the BLiMP supplement, (Super)GLUE and MSGS of one run in one table, with the
 BabyLM 2023 aggregate, beside the paper's ELC-BERT strict-small row.
 
-    aggregate = 0.5 BLiMP + 0.3 GLUE + 0.2 MSGS          (all in %, ../shared/docs/elc-bert.md)
+    aggregate = 0.5 BLiMP + 0.3 GLUE + 0.2 MSGS          (all in %, as in the BabyLM 2023 scoring)
 
 BLiMP is the mean accuracy over the BLiMP sets (the supplement is shown in its own column and is not part of the
 aggregate, following the docs' formula); GLUE is the mean of the 11 BabyLM (Super)GLUE entries (CoLA MCC, MRPC and QQP
@@ -29,7 +29,7 @@ from ..data.glue import BABYLM_ENTRIES as GLUE_ENTRIES
 WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
 COLUMNS = ["blimp", "supplement", "glue", "msgs"]
 TITLES = {"blimp": "BLiMP", "supplement": "Supplement", "glue": "GLUE", "msgs": "MSGS", "aggregate": "Aggregate"}
-# ELC-BERT, BabyLM 2023 strict-small, paper Table 1 (../shared/docs/elc-bert.md and notes/elc-bert-reference-notes.md).
+# ELC-BERT, BabyLM 2023 strict-small, paper Table 1 (arXiv 2311.02265).
 # The docs give no BLiMP-supplement score and no per-task GLUE scores: those stay None (shown as "n/a").
 PAPER_STRICT_SMALL = {
     "name": "ELC-BERT strict-small (paper)",

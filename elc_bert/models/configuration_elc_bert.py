@@ -1,4 +1,4 @@
-"""Configuration of ELC-BERT and its LTG-BERT backbone (see ../shared/docs/elc-bert.md)."""
+"""Configuration of ELC-BERT and its LTG-BERT backbone (arXiv 2311.02265 and 2303.09859)."""
 
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
@@ -23,7 +23,7 @@ PRESETS = {
     ),
     "tiny": dict(vocab_size=512, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128),
     # The largest size whose pretraining run on the local stand-in corpus fits about 2.5 hours on 2 CPU threads for
-    # several epochs (chosen by `scripts/bench_presets.py`: about 2,900 tokens/s, 3.7 epochs in 3,000 steps of 64).
+    # several epochs (chosen by `scripts/bench_presets.py`: about 2,900 tokens/s, 3.4 epochs in 3,000 steps of 64).
     "small-cpu": dict(
         vocab_size=8192, hidden_size=256, num_hidden_layers=8, num_attention_heads=4, intermediate_size=683
     ),

@@ -1,4 +1,4 @@
-"""Configuration of the layer-fusion heads (see ../shared/docs/layer-fusion.md)."""
+"""Configuration of the layer-fusion heads (ElNokrashy et al., "Depth-Wise Attention (DWAtt)", arXiv 2209.15168)."""
 
 from huggingface_hub.dataclasses import strict
 from transformers import AutoConfig, PreTrainedConfig

@@ -1,7 +1,8 @@
 """ELC-BERT (Every Layer Counts BERT) and its LTG-BERT backbone.
 
-Written from the equations of ../shared/docs/elc-bert.md. Tensors are batch-first: B x T x D. The relative-position
-terms enter `scaled_dot_product_attention` as an additive bias built from one bucket table shared by all layers.
+Written from the equations of the ELC-BERT paper, arXiv 2311.02265, and LTG-BERT's, arXiv 2303.09859. Tensors are
+batch-first: B x T x D. The relative-position terms enter `scaled_dot_product_attention` as an additive bias built from
+one bucket table shared by all layers.
 """
 
 import contextlib
@@ -342,7 +343,7 @@ def check_layer_plan(plan: list, num_layers: int) -> None:
 
 class ElcBertEncoder(nn.Module):
     """The blocks, each once in order, or as the layer plan of `use_layer_plan` says (Sun et al., "Transformer Layers
-    as Painters": blocks skipped, reordered, repeated or run in parallel; see docs/layer-analysis.md).
+    as Painters": blocks skipped, reordered, repeated or run in parallel; arXiv 2407.09298).
 
     ELC: block n reads its mixture of the states before it (`LayerStack`). Under a plan every state keeps its
     identity: block j's output fills slot y_{j+1} (a block run again overwrites it) and each block reads its mixture

@@ -1,7 +1,8 @@
 """Layer fusion over any encoder: DWAtt (depth-wise attention), Concat, and the Last, Average and Base+n baselines.
 
-Written from the equations of ../shared/docs/layer-fusion.md. The backbone (BERT, RoBERTa, XLM-R, ELC-BERT, ...)
-yields per-token states z_0..z_L; a fusion module maps them to one state per token, which a thin task head reads.
+Written from the equations of the DWAtt paper (ElNokrashy et al., arXiv 2209.15168). The backbone (BERT, RoBERTa, XLM-R,
+ELC-BERT, ...) yields per-token states z_0..z_L; a fusion module maps them to one state per token, which a thin task
+head reads.
 """
 
 import math

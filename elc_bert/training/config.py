@@ -341,7 +341,7 @@ def named_config(name: str, job: str) -> Path:
 
 def load_config(config_class, path: str | Path | None, overrides: list[str] = ()):
     """Reads a YAML file into `config_class` (a dataclass whose `__post_init__` calls `check_fields`), after applying
-    `key=value` overrides (dotted keys reach into mappings, e.g. `training.max_steps=10`). Unknown or missing keys,
+    `key=value` overrides (dotted keys reach into mappings, e.g. `training.logging_steps=10`). Unknown or missing keys,
     values of the wrong type and numbers out of bounds raise ValueError naming the key and the file."""
     where = str(path) if path is not None else "overrides"
     if overrides:

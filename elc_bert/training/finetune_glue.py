@@ -1,6 +1,6 @@
 """`elc-bert finetune-glue`: the BabyLM (Super)GLUE subset, fine-tuned with the Trainer and early stopping.
 
-Tasks and metrics (the BabyLM 2023 list; ../shared/docs/notes/elc-bert-reference-notes.md, section 5): CoLA
+Tasks and metrics (the BabyLM 2023 list, as the ELC-BERT paper, arXiv 2311.02265, scores it): CoLA
 (Matthews correlation), SST-2, MRPC (F1), QQP (F1), MNLI and MNLI-mm (accuracy), QNLI, RTE, BoolQ, MultiRC, WSC
 (accuracy). MultiRC: the docs name F1 only for MRPC and QQP, so its score is the accuracy over answer options (each
 (paragraph, question, answer) row is one binary example); the per-question exact match and the F1 over answer options

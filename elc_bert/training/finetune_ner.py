@@ -1,12 +1,12 @@
 """`elc-bert finetune-ner`: few-shot NER with the Trainer, for any token-classification model or a layer-fusion head.
 
-The protocol of ../shared/docs/layer-fusion.md: for each N, each trial draws N x C training sentences uniformly from
-the whole train split (its own seed for sampling and initialisation), trains for a fixed number of epochs, evaluates
-entity-level micro-F1 (seqeval, with the data's tag scheme) on the dev set after every epoch, and keeps the best.
-Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON and a Markdown table; beside
-it, the model of the best dev epoch scored on the test split (where it is labelled): entity-level precision, recall
-and F1, overall and per entity type. That model is kept as a Hub-ready folder (weights, config with the label names,
-tokenizer): by default the best trial's of each N.
+The protocol of the DWAtt paper (ElNokrashy et al., arXiv 2209.15168): for each N, each trial draws N x C training
+sentences uniformly from the whole train split (its own seed for sampling and initialisation), trains for a fixed number
+of epochs, evaluates entity-level micro-F1 (seqeval, with the data's tag scheme) on the dev set after every epoch, and
+keeps the best. Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON and a Markdown
+table; beside it, the model of the best dev epoch scored on the test split (where it is labelled): entity-level
+precision, recall and F1, overall and per entity type. That model is kept as a Hub-ready folder (weights, config with
+the label names, tokenizer): by default the best trial's of each N.
 """
 
 import json
