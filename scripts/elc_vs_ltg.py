@@ -307,6 +307,8 @@ def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path
         return
     figure, axis = plt.subplots(figsize=(6.5, 4))
     target = plan["checkpoint_blimp"].get("target")
+    # trend lines stop at 10,000 times the last checkpoint's tokens, so that a nearly flat one keeps the data readable
+    horizon = 1e4 * max(tokens_seen(base, step) / 1e6 for by_step in curves.values() for step in by_step)
     for (name, seed), by_step in curves.items():
         if not by_step:
             continue
@@ -316,9 +318,9 @@ def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path
         line = axis.plot(tokens, accuracies, "o-", label=f"{name} s{seed}")[0]
         trend = log_linear_trend(tokens, accuracies) if target is not None else None
         needed = tokens_to_reach(trend, 100 * target) if trend is not None else None
-        if needed is not None:  # the trend line, up to where it reaches the target
+        if needed is not None:  # the trend line, up to where it reaches the target or the horizon
             slope, intercept = trend
-            ends = np.array([tokens[0], needed])
+            ends = np.array([tokens[0], min(needed, horizon)])
             axis.plot(ends, intercept + slope * np.log(ends), "--", color=line.get_color(), linewidth=0.8)
     axis.axhline(50, color="grey", linewidth=0.8, linestyle=":")
     if target is not None:
