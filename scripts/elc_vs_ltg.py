@@ -250,7 +250,10 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
                     continue
                 needed = tokens_to_reach(trend, target)
                 guess = f"{needed / 1e6:,.0f} M tokens" if needed else "not reached (the line does not rise)"
-                estimates.append(f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints)")
+                rise = 100 * trend[0] * np.log(2)  # accuracy is a fraction here
+                estimates.append(
+                    f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints; {rise:+.2f} points per token doubling)"
+                )
                 table[f"{name}/seed{seed}"]["tokens_to_target"] = needed
             lines += estimates or ["(no run has 3 scored checkpoints yet)"]
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
