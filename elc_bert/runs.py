@@ -8,7 +8,8 @@ through these names and the readers (export and its model card, the scorecard, t
     n<N>/trial<t>/              finetune-ner, one trial: result.json, model/ (kept best model), .claimed (its claim)
     glue/                       finetune-glue's own run folder inside the model's run: <task>/result.json, <task>/model/
     tokenizer/                  pretrain: the tokenizer it trained
-    checkpoint-<step>/          the Trainer's checkpoints
+    checkpoint-<step>/          the Trainer's checkpoints; each is also a model with its tokenizer
+    words-<W>/                  pretrain: the model after W words of training samples (`checkpoint_words`)
     model_fingerprints.jsonl    the sha256 of each model the run saved to publish, so that its metrics go only onto
                                 the card of a model it made
 
@@ -46,6 +47,8 @@ TOKENIZER = "tokenizer"
 GLUE = "glue"
 CLAIM = ".claimed"
 MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
+WORDS_CHECKPOINT = "words-"  # a pretraining run's model after N words: words-1M, words-10M, ...
+WORDS_SEEN = "words_seen.json"  # in a words-seen checkpoint: the words, milestone and step
 CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's (transformers.trainer_utils.PREFIX_CHECKPOINT_DIR)
 TRAINER_STATE = "trainer_state.json"  # in each checkpoint, the Trainer's (transformers.trainer.TRAINER_STATE_NAME)
 EVAL = "eval"  # `elc-bert eval-blimp`'s output folder inside the model folder it scores (its default)
@@ -231,7 +234,8 @@ def resolve_model(name: str) -> str:
 
 def find_tokenizer(candidates: list[str | Path | None]) -> str:
     """The tokenizer of the first candidate that has one: a folder holding tokenizer files (`TOKENIZER_FILES`) or
-    whose `tokenizer/` subfolder does (a pretraining run keeps its own there); a candidate that is not a folder is a
+    whose `tokenizer/` subfolder does (a pretraining run keeps its own there), or, for a checkpoint folder of a run
+    made before checkpoints held their tokenizer, the run's (with a warning); a candidate that is not a folder is a
     Hub name when it is a string (an alias is resolved), and is passed over when it is a Path. None entries are
     passed over. Raises FileNotFoundError naming every folder searched when no candidate has a tokenizer."""
     for candidate in candidates:
@@ -243,9 +247,17 @@ def find_tokenizer(candidates: list[str | Path | None]) -> str:
             if isinstance(candidate, str):
                 return candidate
             continue
-        for folder in (Path(candidate), Path(candidate) / TOKENIZER):
+        candidate = Path(candidate)
+        for folder in (candidate, candidate / TOKENIZER):
             if any((folder / name).is_file() for name in TOKENIZER_FILES):
                 return str(folder)
+        if candidate.name.startswith((CHECKPOINT_PREFIX, WORDS_CHECKPOINT)):  # kept by a run made before they held one
+            for folder in (candidate.parent, candidate.parent / TOKENIZER):
+                if any((folder / name).is_file() for name in TOKENIZER_FILES):
+                    logger.warning(
+                        "%s holds no tokenizer (an older run's checkpoint): using its run's, %s", candidate, folder
+                    )
+                    return str(folder)
     searched = ", ".join(dict.fromkeys(str(c) for c in candidates if c is not None))
     raise FileNotFoundError(
         f"no tokenizer in {searched} or their {TOKENIZER}/ subfolders (none holds {' or '.join(TOKENIZER_FILES)})"

@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import runs
+from .data.tokenizer import load_tokenizer
 from .models import ElcBertForMaskedLM, LayerFusionForMaskedLM
 from .models.loading import check_weights_loaded, key_list, unloaded_weights
 
@@ -88,7 +89,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     `allow_unloaded_weights`. `name_or_path` may be an alias (`runs.resolve_model`); the tokenizer is the one
     `runs.find_tokenizer` finds (the folder's own, else its `tokenizer/` subfolder's: a pretrain run keeps one
     there), looked for before the model loads."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
     from . import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
 
@@ -106,7 +107,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     unloaded = [key for keys in unloaded_weights(loading_info).values() for key in keys]
     if unloaded:
         logger.warning("%s: used although some weights did not load: %s", name_or_path, key_list(unloaded))
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    tokenizer = load_tokenizer(tokenizer_source)
     return model.eval(), tokenizer, kind
 
 

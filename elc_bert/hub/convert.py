@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from elc_bert import models
+from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 
 from .export import check_out_dir, written_in_place_of
 
@@ -111,6 +112,8 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
         tokenizer_files = [p for p in source.iterdir() if p.name.startswith(("tokenizer", "vocab", "special_tokens"))]
         for path in tokenizer_files:
             shutil.copyfile(path, scratch / path.name)
+        if (scratch / TOKENIZER_CONFIG).is_file():  # loadable by AutoTokenizer: saved again, pipeline-ready
+            save_tokenizer(load_tokenizer(scratch), scratch)
         reread = probe_outputs(model_class.from_pretrained(scratch).eval(), *batch)
         checks["the converted folder read back"] = _compare(ours, reread, "the converted folder", atol)
         report = {"source": str(source), "class": model_class.__name__, "max_abs_difference": checks}

@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from elc_bert import runs
+from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
 from elc_bert.models import AUTO_CLASSES
 
 from .remote_code import flat_name, remote_code_files
@@ -268,8 +269,6 @@ def export(
 
 
 def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
-    from transformers import AutoTokenizer
-
     from .model_card import write_model_card
 
     model_class = model_class_of(model_dir)
@@ -291,7 +290,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
     config["auto_map"] = write_remote_code(model_class, out_dir)
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
-    AutoTokenizer.from_pretrained(tokenizer_source).save_pretrained(out_dir)
+    save_tokenizer(load_tokenizer(tokenizer_source), out_dir)
     write_model_card(out_dir, model, **card)
 
 

@@ -1,7 +1,6 @@
 """Configuration of ELC-BERT and its LTG-BERT backbone (arXiv 2311.02265 and 2303.09859)."""
 
-from huggingface_hub.dataclasses import strict
-from transformers import PreTrainedConfig
+from .transformers_compat import PreTrainedConfig, strict
 
 LAYER_COMBINATIONS = ("elc", "residual")
 ELC_VARIANTS = ("base", "zero", "normalized", "weighted_output")

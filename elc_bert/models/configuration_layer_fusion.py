@@ -1,10 +1,9 @@
 """Configuration of the layer-fusion heads (ElNokrashy et al., "Depth-Wise Attention (DWAtt)", arXiv 2209.15168)."""
 
-from huggingface_hub.dataclasses import strict
-from transformers import AutoConfig, PreTrainedConfig
-from transformers.configuration_utils import SubConfigSpec
+from transformers import AutoConfig
 
 from .configuration_elc_bert import ElcBertConfig
+from .transformers_compat import PreTrainedConfig, SubConfigSpec, strict
 
 FUSIONS = ("dwatt", "concat", "average", "last", "extra_layers")
 

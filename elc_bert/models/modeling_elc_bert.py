@@ -19,11 +19,7 @@ from transformers import (
     AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
-    PreTrainedModel,
 )
-from transformers import initialization as init
-from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     MaskedLMOutput,
@@ -32,11 +28,18 @@ from transformers.modeling_outputs import (
     SequenceClassifierOutput,
     TokenClassifierOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-from transformers.utils.generic import can_return_tuple
-from transformers.utils.output_capturing import resolve_hidden_states_indices, selected_hidden_states
 
 from .configuration_elc_bert import ElcBertConfig
+from .transformers_compat import (
+    ALL_ATTENTION_FUNCTIONS,
+    GradientCheckpointingLayer,
+    PreTrainedModel,
+    can_return_tuple,
+    create_bidirectional_mask,
+    init,
+    resolve_hidden_states_indices,
+    selected_hidden_states,
+)
 
 
 def relative_position_buckets(length: int, bucket_size: int, max_position: int, device=None) -> torch.Tensor:

@@ -18,19 +18,16 @@ from transformers import (
     AutoModelForMaskedLM,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
-    PreTrainedModel,
 )
-from transformers import initialization as init
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
-from transformers.utils.generic import can_return_tuple
 
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
 from .loading import key_list, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
+from .transformers_compat import PreTrainedModel, can_return_tuple, create_bidirectional_mask, init
 
 
 @dataclass
@@ -555,12 +552,14 @@ class LayerFusionForMaskedLM(LayerFusionPreTrainedModel):
         rename = {head_name: "lm_head", masked_lm.base_model_prefix: "layer_fusion.backbone"}
 
         def renamed(key):
-            first, rest = key.split(".", 1)
-            return f"{rename[first]}.{rest}"
+            first, _, rest = key.partition(".")
+            return f"{rename[first]}.{rest}" if first in rename else key
 
-        self._tied_weights_keys = {
-            renamed(target): renamed(source) for target, source in (masked_lm._tied_weights_keys or {}).items()
-        }
+        tied = masked_lm._tied_weights_keys or {}
+        if isinstance(tied, dict):
+            self._tied_weights_keys = {renamed(target): renamed(source) for target, source in tied.items()}
+        else:  # transformers < 5 (remote code loaded there) lists the tied weights without their sources
+            self._tied_weights_keys = [renamed(target) for target in tied]
         self._decoder_name = renamed(_output_embedding_name(masked_lm)).removeprefix("lm_head.")
         self.post_init()
 

@@ -33,7 +33,6 @@ from typing import ClassVar
 import numpy as np
 from transformers import (
     AutoModelForSequenceClassification,
-    AutoTokenizer,
     DataCollatorWithPadding,
     EarlyStoppingCallback,
     Trainer,
@@ -43,6 +42,7 @@ from transformers import (
 
 from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
+from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..plots import plot_curves
 from ..runs import resolve_model
 from .arguments import training_arguments
@@ -265,7 +265,7 @@ def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: Glu
     task_dir = glue_dir / task.name
     if config.keep_models:  # the best checkpoint's model (load_best_model_at_end): what a user would publish
         trainer.save_model(str(task_dir / runs.MODEL))
-        tokenizer.save_pretrained(task_dir / runs.MODEL)
+        save_tokenizer(tokenizer, task_dir / runs.MODEL)
         runs.record_model(glue_dir, task_dir / runs.MODEL)
         for result in results.values():
             result["model"] = str(Path(task.name) / runs.MODEL)
@@ -341,7 +341,7 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     if not folders[0].is_dir():
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
     runs.resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
-    tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([config.tokenizer or config.model]))
+    tokenizer = load_tokenizer(runs.find_tokenizer([config.tokenizer or config.model]))
     glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
     save_config(config, runs.config_file(glue_dir, "finetune-glue"))
     results, skipped = {}, {}

@@ -25,7 +25,6 @@ from seqeval.metrics import classification_report, f1_score
 from seqeval.scheme import IOB2
 from transformers import (
     AutoModelForTokenClassification,
-    AutoTokenizer,
     DataCollatorForTokenClassification,
     PreTrainedTokenizerBase,
     Trainer,
@@ -36,6 +35,7 @@ from transformers import (
 
 from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
+from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
 from ..plots import plot_curves
 from ..runs import resolve_model
@@ -270,7 +270,7 @@ def prepare(config: FinetuneNerConfig) -> tuple[TrialData, dict]:
     splits, scheme = load_data(config)
     label_names = splits["train"].features["ner_tags"].feature.names
     entity_types = len({name[2:] for name in label_names if name != "O"})
-    tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([config.model]))
+    tokenizer = load_tokenizer(runs.find_tokenizer([config.model]))
     dev = splits["validation"]
     if config.max_eval_sentences is not None:
         dev = dev.select(range(min(config.max_eval_sentences, len(dev))))
@@ -402,7 +402,7 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
     model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
     if config.fusion == "dwatt":
         scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
-    data.tokenizer.save_pretrained(run_dir / runs.MODEL)
+    save_tokenizer(data.tokenizer, run_dir / runs.MODEL)
     runs.record_model(config.output_dir, run_dir / runs.MODEL)
     scores["best_epoch"] = json.loads((run_dir / runs.MODEL / BEST_EPOCH).read_text())["epoch"]
     if data.test is not None:

@@ -14,7 +14,6 @@ import datasets
 import torch
 from transformers import (
     AutoModelForMaskedLM,
-    AutoTokenizer,
     DataCollatorForLanguageModeling,
     Trainer,
     TrainingArguments,
@@ -23,6 +22,7 @@ from transformers import (
 
 from .. import runs
 from ..data.text import read_lines
+from ..data.tokenizer import load_tokenizer
 from ..models import FUSIONS, LayerFusionForMaskedLM
 from ..plots import plot_curves
 from ..runs import resolve_model
@@ -134,7 +134,7 @@ def mlm(config: MlmConfig) -> dict:
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "mlm")
     model_path = resolve_model(config.model)
-    tokenizer = AutoTokenizer.from_pretrained(runs.find_tokenizer([model_path]))
+    tokenizer = load_tokenizer(runs.find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)

@@ -7,15 +7,16 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 import datasets
+import numpy as np
 import pyarrow.compute
 import torch
-from transformers import AutoTokenizer, Trainer, TrainingArguments
+from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
 from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
 from ..data.pretraining import SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
-from ..data.tokenizer import train_tokenizer
+from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
 from ..plots import plot_curves
 from .arguments import CadenceFromArguments, training_arguments
@@ -74,6 +75,12 @@ class PretrainConfig:
         False, "stream the dataset entries of train_files (packed on the fly, shuffled in a buffer)"
     )
     shuffle_buffer: int = config_field(10_000, "samples in the streaming shuffle buffer", bounds=">= 1")
+    checkpoint_words: list[int] = config_field(
+        [],
+        "also keep the model (no optimizer state) when the training samples have shown this many words, e.g. "
+        "[1000000, 2000000, ..., 10000000, 20000000, ..., 100000000] as BabyLM 2025 asks; folder words-1M etc.",
+        bounds=">= 1",
+    )
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
     # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
     may_change: ClassVar[tuple[str, ...]] = tuple(
@@ -106,6 +113,8 @@ class PretrainConfig:
                 )
             if self.long_seq_length is not None:
                 raise ValueError("streaming has no long phase: set long_seq_length to null")
+            if self.checkpoint_words:
+                raise ValueError("checkpoint_words needs the words of each step, unknown ahead when streaming")
         # The masking recipe is checked where it lives.
         SpanMaskingCollator(4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span)
 
@@ -203,13 +212,13 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
     resume), or a new one trained on the training files. A tokenizer left in the folder by another config is
     refused rather than reused."""
     if config.init_from is not None:
-        return AutoTokenizer.from_pretrained(config.init_from)
+        return load_tokenizer(config.init_from)
     if config.tokenizer is not None:
-        return AutoTokenizer.from_pretrained(config.tokenizer)
+        return load_tokenizer(config.tokenizer)
     recipe = {"vocab_size": config.vocab_size, "min_frequency": config.min_frequency, "train_files": config.train_files}
     recipe_file = tokenizer_dir / "tokenizer_recipe.json"
     if tokenizer_dir.exists():
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        tokenizer = load_tokenizer(tokenizer_dir)
         if recipe_file.exists():
             saved = json.loads(recipe_file.read_text())
         else:  # a run from before the recipe was recorded: the vocabulary size at least must fit
@@ -224,7 +233,7 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
         return tokenizer
     lines = (line for batch in documents.iter(batch_size=1000) for document in batch["sentences"] for line in document)
     tokenizer = train_tokenizer(lines, config.vocab_size, config.min_frequency)
-    tokenizer.save_pretrained(tokenizer_dir)
+    save_tokenizer(tokenizer, tokenizer_dir)
     recipe_file.write_text(json.dumps(recipe, indent=2))
     return tokenizer
 
@@ -309,22 +318,92 @@ def _prepared_data(config: PretrainConfig, output_dir: Path):
     return tokenizer, phases, validation
 
 
+def sample_words(samples: datasets.Dataset, tokenizer) -> np.ndarray:
+    """The number of words of every packed sample: its tokens that begin a word, i.e. carry the byte-level space
+    (`Ġ`) that the recipe's pre-tokenizer puts in front of every word of the text."""
+    column = samples.data.column("input_ids").combine_chunks()
+    word_starts = np.zeros(len(tokenizer), dtype=bool)
+    word_starts[[i for token, i in tokenizer.get_vocab().items() if token.startswith("\u0120")]] = True
+    starts = word_starts[column.values.to_numpy(zero_copy_only=False)].astype(np.int64)
+    offsets = column.offsets.to_numpy(zero_copy_only=False)
+    return np.add.reduceat(np.append(starts, 0), offsets[:-1]) * (offsets[1:] > offsets[:-1])
+
+
+def words_label(words: int) -> str:
+    """1000000 -> "1M", 2500000000 -> "2.5B": the name part of a words-seen checkpoint."""
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if words >= size:
+            return f"{words / size:g}{unit}"
+    return str(words)
+
+
+class CheckpointsAreModels(TrainerCallback):
+    """Every folder a run keeps is a model that other code loads as it loads the final one: each `checkpoint-N`
+    gets the run's tokenizer and a config.json whose MLM head returns B x T x V logits (the run trains with
+    `sparse_prediction`); and where the run keeps words-seen checkpoints (`checkpoint_words`), the model (no optimizer
+    state) is saved as `words-<W>` once the training samples have shown W words (the first step reaching it; a
+    milestone beyond the run's words gets no folder)."""
+
+    def __init__(self, tokenizer, output_dir: Path, step_words: list[int] | None = None, milestones=()):
+        self.tokenizer, self.output_dir = tokenizer, output_dir
+        self.seen = np.cumsum(step_words) if step_words else None
+        self.milestones = sorted(milestones)
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = self.output_dir / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            config_file = folder / "config.json"
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+            config["sparse_prediction"] = False
+            partial = config_file.with_name(config_file.name + ".partial")  # a kill leaves the old file whole
+            partial.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            partial.replace(config_file)
+            save_tokenizer(self.tokenizer, folder)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        if self.seen is None or not state.is_world_process_zero:
+            return
+        step = state.global_step
+        for words in self.milestones:
+            before = self.seen[step - 2] if step >= 2 else 0
+            if before < words <= self.seen[step - 1]:
+                self.save_model(model, words, int(self.seen[step - 1]), step)
+
+    def save_model(self, model, words: int, seen: int, step: int) -> None:
+        folder = self.output_dir / f"{runs.WORDS_CHECKPOINT}{words_label(words)}"
+        if folder.exists():  # kept before a resume: the same weights
+            return
+        scratch = self.output_dir / f".{folder.name}.partial"
+        model = getattr(model, "module", model)
+        sparse, model.config.sparse_prediction = model.config.sparse_prediction, False
+        try:
+            model.save_pretrained(scratch)
+        finally:
+            model.config.sparse_prediction = sparse
+        save_tokenizer(self.tokenizer, scratch)
+        (scratch / runs.WORDS_SEEN).write_text(json.dumps({"words": seen, "milestone": words, "step": step}) + "\n")
+        scratch.rename(folder)
+
+
 def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
-    """The training rows (micro-batches of `parts` per global batch) and the tokens of each step (None when
-    streaming: not known ahead)."""
+    """The training rows (micro-batches of `parts` per global batch), and the tokens and words of each step (None
+    when streaming: not known ahead)."""
     if config.streaming:
         sources = [DatasetSource(**entry) for entry in config.train_files]
         streams = [streamed_samples(source, tokenizer, config.seq_length, config.data_cache_dir) for source in sources]
         stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
         stream = stream.shuffle(seed=config.seed, buffer_size=config.shuffle_buffer)
-        return StreamedRows(stream, config.batch_size, parts, config.max_steps), None
-    rows, step_tokens = [], []
+        return StreamedRows(stream, config.batch_size, parts, config.max_steps), None, None
+    rows, step_tokens, step_words = [], [], []
     for phase, (samples, size, steps) in enumerate(phases):
         batches = schedule_batches(len(samples), size, steps, config.seed + phase)
         lengths = sample_lengths(samples)
         step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
+        if config.checkpoint_words:
+            words = sample_words(samples, tokenizer)
+            step_words += [int(words[batch].sum()) for batch in batches]
         rows.append(BatchRows(samples, split_batches(batches, parts)))
-    return torch.utils.data.ConcatDataset(rows), step_tokens
+    return torch.utils.data.ConcatDataset(rows), step_tokens, step_words
 
 
 def _validation_rows(config: PretrainConfig, validation) -> BatchRows | None:
@@ -380,7 +459,7 @@ def _save_run(trainer: Trainer, model, tokenizer, output_dir: Path, metrics: dic
     trainer.save_model(str(output_dir))
     if not trainer.is_world_process_zero():
         return
-    tokenizer.save_pretrained(output_dir)
+    save_tokenizer(tokenizer, output_dir)
     runs.record_model(output_dir, output_dir)
     history = trainer.state.log_history
     (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
@@ -408,7 +487,7 @@ def pretrain(config: PretrainConfig) -> dict:
     # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
     with args.main_process_first(desc="data preparation"):
         tokenizer, phases, validation = _prepared_data(config, output_dir)
-    train_dataset, step_tokens = _train_rows(config, tokenizer, phases, parts)
+    train_dataset, step_tokens, step_words = _train_rows(config, tokenizer, phases, parts)
     step_sequences = [size for _, size, steps in phases for _ in range(steps)]
     torch.manual_seed(config.seed)
     model = _model(config, tokenizer)
@@ -419,7 +498,10 @@ def pretrain(config: PretrainConfig) -> dict:
         eval_dataset=_validation_rows(config, validation),
         data_collator=BatchRowCollator(_masking(config, tokenizer)),
         optimizers=_optimizers(config, model),
-        callbacks=[CadenceFromArguments()],  # a resume may change how often it checkpoints (PretrainConfig.may_change)
+        callbacks=[
+            CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
+            CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
+        ],
     )
     checkpoint = runs.last_checkpoint(output_dir)
     first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0

@@ -1,0 +1,321 @@
+"""What other people's code reads from us (issue 39): tokenizers in `pipeline("fill-mask")` and token classification,
+intermediate checkpoints as models, words-seen checkpoints.
+
+Token classification is tested with oracle logits (the gold labels fed in as the model's output), so that what is
+measured is the hand-off (tokenizer offsets, word starts, the pipeline's aggregation), not the model's quality.
+"""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models
+from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
+
+from elc_bert import (
+    ElcBertConfig,
+    ElcBertForTokenClassification,
+    LayerFusionConfig,
+    LayerFusionForTokenClassification,
+    runs,
+)
+from elc_bert.data.ner import load_conll03
+from elc_bert.data.tokenizer import load_tokenizer, pipeline_ready, save_tokenizer, train_tokenizer
+from elc_bert.evaluation.blimp import evaluate_blimp
+from elc_bert.scoring import load_model
+from elc_bert.training.pretrain import PretrainConfig, pretrain, sample_words
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
+SHARED = REPO.parent / "shared" / "data"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")
+STEPS = 6
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny pretraining run on the first 900 paragraphs of the WikiText-2 sample, keeping checkpoint-3 and
+    checkpoint-6 (the final weights) and words-seen checkpoints; and the sentences of the other paragraphs."""
+    root = tmp_path_factory.mktemp("handoffs")
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    (root / "train.txt").write_text("\n".join(lines[:900]) + "\n", encoding="utf-8")
+    config = PretrainConfig(
+        output_dir=str(root / "run"),
+        data_dir=str(root),
+        train_files=["train.txt"],
+        preset="tiny",
+        vocab_size=1000,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=STEPS,
+        batch_size=8,
+        checkpoint_words=[200, 500, 10**9],
+        training={"save_steps": 3, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
+    )
+    pretrain(config)
+    held_out = [sentence + " ." for line in lines[900:] for sentence in line.split(" . ") if sentence.strip()]
+    return root / "run", [s for s in held_out if not any(mark in s for mark in ("@", "<unk>", "="))]
+
+
+def _held_out_prompts(tokenizer, lines: list[str], count: int) -> list[tuple[str, list[int]]]:
+    """(text with one word replaced by [MASK], the ids of the unmasked text with that word's token masked) for
+    `count` held-out sentences: a word that is one token, in the middle of a sentence without digits."""
+    prompts = []
+    for line in lines:
+        words = line.split()
+        if not 6 <= len(words) <= 40 or any(ch.isdigit() for ch in line):
+            continue
+        text = " ".join(words)
+        encoding = tokenizer(text)
+        tokens = tokenizer.convert_ids_to_tokens(encoding["input_ids"])
+        # a word that is one token: it starts a word and the next token starts one too
+        whole = [
+            i
+            for i in range(2, len(tokens) - 2)
+            if tokens[i].startswith("Ġ") and tokens[i][1:].isalpha() and tokens[i + 1].startswith("Ġ")
+        ]
+        if not whole or "Ġ" in tokens:  # a lone space token stands before digits and rare characters
+            continue
+        position = whole[len(whole) // 2]
+        span = encoding.token_to_chars(position)
+        masked_text = text[: span.start].rstrip() + " [MASK]" + text[span.end :]
+        expected = list(encoding["input_ids"])
+        expected[position] = tokenizer.mask_token_id
+        prompts.append((masked_text, expected))
+        if len(prompts) == count:
+            break
+    assert len(prompts) == count
+    return prompts
+
+
+def test_fill_mask_pipeline_feeds_the_masked_word_as_in_pretraining(run):
+    run_dir, held_out = run
+    fill = pipeline("fill-mask", model=str(run_dir), tokenizer=str(run_dir))
+    fed = []
+    fill.model.register_forward_pre_hook(lambda _, args, kw: fed.append(kw["input_ids"][0].tolist()), with_kwargs=True)
+    prompts = _held_out_prompts(fill.tokenizer, held_out, 100)
+    lone_space = fill.tokenizer.convert_tokens_to_ids("Ġ")
+    for text, expected in prompts:
+        answers = fill(text, top_k=3)
+        assert len(answers) == 3 and all(answer["token"] >= 0 for answer in answers)
+        assert fed[-1] == expected, (text, fill.tokenizer.convert_ids_to_tokens(fed[-1]))
+        assert lone_space not in fed[-1]
+
+
+def test_tokenizer_fix_keeps_the_ids_of_ordinary_text_and_applies_to_old_saves(tmp_path):
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:3000]
+    tokenizer = train_tokenizer(lines, 500, 2)
+    # A tokenizer as earlier versions saved it: [MASK] without lstrip, a template post-processor only.
+    backend = json.loads(tokenizer.backend_tokenizer.to_str())
+    for token in backend["added_tokens"]:
+        token["lstrip"] = False
+    backend["post_processor"] = backend["post_processor"]["processors"][1]
+    assert backend["post_processor"]["type"] == "TemplateProcessing"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "tokenizer.json").write_text(json.dumps(backend))
+    old = AutoTokenizer.from_pretrained(tmp_path / "old", mask_token="[MASK]", pad_token="[PAD]")
+    assert "Ġ" in old.convert_ids_to_tokens(old("a [MASK] b")["input_ids"])  # the defect, as old folders have it
+    fixed = load_tokenizer(tmp_path / "old", mask_token="[MASK]", pad_token="[PAD]")
+    for line in lines[100:400]:
+        assert fixed(line)["input_ids"] == old(line)["input_ids"] == tokenizer(line)["input_ids"]
+    assert fixed.convert_ids_to_tokens(fixed("a [MASK] b")["input_ids"]) == ["[CLS]", "Ġa", "[MASK]", "Ġb", "[SEP]"]
+    encoding = fixed("New York", return_offsets_mapping=True)
+    tokens = fixed.convert_ids_to_tokens(encoding["input_ids"])
+    starts = [start for token, (start, _) in zip(tokens, encoding["offset_mapping"]) if token.startswith("Ġ")]
+    assert starts == [0, 4]  # "York" starts after the space, not at it
+    assert fixed.decode(fixed("New York")["input_ids"], skip_special_tokens=True) == "New York"
+    # Other tokenizers (here a WordLevel one) pass through unchanged; saved tokenizers name a class every
+    # transformers version has.
+    other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
+    assert pipeline_ready(other) is other
+    save_tokenizer(fixed, tmp_path / "new")
+    config = json.loads((tmp_path / "new" / "tokenizer_config.json").read_text())
+    assert config["tokenizer_class"] == "PreTrainedTokenizerFast" and "auto_map" not in config
+
+
+def _oracle_logits(tokenizer, words: list[str], tags: list[str], labels: list[str]):
+    """The text (words joined by spaces), its encoding, and logits that put each token's gold label first: a word's
+    first token gets the word's tag, its later tokens the I- tag of the word's entity (O outside entities)."""
+    text = " ".join(words)
+    starts, position = [], 0
+    for word in words:
+        starts.append(position)
+        position += len(word) + 1
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    logits = torch.full((len(encoding["input_ids"]), len(labels)), -10.0)
+    word_of = {start: i for i, start in enumerate(starts)}
+    current = None
+    for index, (start, end) in enumerate(encoding["offset_mapping"]):
+        if start == end and index in (0, len(encoding["input_ids"]) - 1):
+            label = "O"
+        elif start in word_of and (current is None or word_of[start] != current[0]):
+            current = (word_of[start], tags[word_of[start]])
+            label = current[1]
+        else:
+            label = "O" if current[1] == "O" else "I-" + current[1][2:]
+        logits[index, labels.index(label)] = 10.0
+    return text, encoding["input_ids"], logits
+
+
+def _spans(words: list[str], tags: list[str]) -> set:
+    """Gold (start, end, type) character spans of the IOB2 tags over the space-joined words."""
+    spans, position, current = set(), 0, None
+    for word, tag in zip(words, tags):
+        if tag.startswith("B-") or (tag.startswith("I-") and (current is None or current[2] != tag[2:])):
+            if current:
+                spans.add(tuple(current))
+            current = [position, position + len(word), tag[2:]]
+        elif tag.startswith("I-"):
+            current[1] = position + len(word)
+        else:
+            if current:
+                spans.add(tuple(current))
+            current = None
+        position += len(word) + 1
+    if current:
+        spans.add(tuple(current))
+    return spans
+
+
+def _f1(gold: set, predicted: set) -> float:
+    hits = len(gold & predicted)
+    return 100.0 if not gold and not predicted else 200.0 * hits / (len(gold) + len(predicted))
+
+
+@needs_shared
+@pytest.mark.parametrize("kind", ["elc_bert", "fusion"])
+def test_token_classification_spans_with_oracle_logits(run, kind):
+    run_dir, _ = run
+    data = load_conll03(SHARED / "conll2003")["validation"].select(range(300))
+    labels = data.features["ner_tags"].feature.names
+    config = dict(
+        num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={name: i for i, name in enumerate(labels)}
+    )
+    if kind == "elc_bert":
+        model = ElcBertForTokenClassification(ElcBertConfig.from_pretrained(run_dir, **config))
+    else:
+        backbone = ElcBertConfig.from_pretrained(run_dir)
+        model = LayerFusionForTokenClassification(LayerFusionConfig(backbone_config=backbone, fusion="dwatt", **config))
+    tokenizer = load_tokenizer(run_dir)
+    oracle, gold = {}, set()
+    sentences = []
+    for row in data:
+        words, tags = row["tokens"], [labels[t] for t in row["ner_tags"]]
+        text, ids, logits = _oracle_logits(tokenizer, words, tags, labels)
+        oracle[tuple(ids)] = logits
+        sentences.append(text)
+        gold |= {(len(sentences), *span) for span in _spans(words, tags)}
+    model.register_forward_hook(
+        lambda module, args, kwargs, output: output.__setitem__(
+            "logits", oracle[tuple(kwargs["input_ids"][0].tolist())][None]
+        ),
+        with_kwargs=True,
+    )
+    tagger = pipeline("token-classification", model=model.eval(), tokenizer=tokenizer)
+    scores = {}
+    for strategy in ("simple", "first", "average", "max"):
+        predicted = set()
+        for number, (text, entities) in enumerate(zip(sentences, tagger(sentences, aggregation_strategy=strategy)), 1):
+            for entity in entities:
+                assert not entity["word"].startswith(" ") and entity["word"] == entity["word"].strip(), entity
+                assert text[entity["start"] : entity["end"]].strip() == text[entity["start"] : entity["end"]]
+                predicted.add((number, entity["start"], entity["end"], entity["entity_group"]))
+        scores[strategy] = _f1(gold, predicted)
+    assert scores["simple"] == 100.0, scores
+    assert min(scores.values()) >= 99.0, scores
+
+
+def test_checkpoints_are_models_like_the_final_one(run, tmp_path):
+    run_dir, held_out = run
+    checkpoint = run_dir / f"checkpoint-{STEPS}"
+    assert json.loads((checkpoint / "config.json").read_text())["sparse_prediction"] is False
+    assert (checkpoint / "tokenizer.json").is_file()
+    assert json.loads((run_dir / "checkpoint-3" / "config.json").read_text())["sparse_prediction"] is False
+    # fill-mask: the same answers
+    text = _held_out_prompts(AutoTokenizer.from_pretrained(run_dir), held_out, 1)[0][0]
+    answers = [pipeline("fill-mask", model=str(folder))(text, top_k=5) for folder in (checkpoint, run_dir)]
+    assert answers[0] == answers[1]
+    # run_mlm-style metrics: predictions of the labels' shape (B x T) from the logits, accuracy over labelled ones
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    batch = tokenizer(held_out[5:9], padding=True, truncation=True, max_length=32, return_tensors="pt")
+    labels = batch["input_ids"].clone()
+    labels[:, ::2] = -100
+    accuracies = []
+    for folder in (checkpoint, run_dir):
+        model = AutoModelForMaskedLM.from_pretrained(folder).eval()
+        with torch.no_grad():
+            predictions = model(**batch, labels=labels).logits.argmax(-1)
+        assert predictions.shape == labels.shape
+        scored = labels != -100
+        accuracies.append((predictions[scored] == labels[scored]).float().mean().item())
+    assert accuracies[0] == accuracies[1]
+    # eval-blimp
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        "\n".join(
+            json.dumps({"sentence_good": good, "sentence_bad": bad, "UID": "toy"})
+            for good, bad in [("The cat is here.", "The cat are here."), ("He ran home.", "He run home.")]
+        )
+    )
+    results = []
+    for folder in (checkpoint, run_dir):
+        model, tokenizer, _ = load_model(str(folder))
+        results.append(evaluate_blimp(model, tokenizer, pairs, progress=False))
+    assert results[0]["overall"] == results[1]["overall"]
+
+
+def test_words_seen_checkpoints(run):
+    run_dir, _ = run
+    tokenizer = AutoTokenizer.from_pretrained(run_dir)
+    assert not (run_dir / "words-1B").exists()  # beyond the run's words
+    for words in (200, 500):
+        folder = run_dir / f"words-{words}"
+        seen = json.loads((folder / runs.WORDS_SEEN).read_text())
+        assert seen["milestone"] == words and seen["words"] >= words
+        assert json.loads((folder / "config.json").read_text())["sparse_prediction"] is False
+        assert AutoModelForMaskedLM.from_pretrained(folder) is not None and (folder / "tokenizer.json").is_file()
+    # words of a sample: its whitespace-separated words, counted on the decoded text
+    import datasets
+
+    samples = datasets.Dataset.from_dict(
+        {"input_ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("a b, c (d) 1999", "x", "")]}
+    )
+    assert sample_words(samples, tokenizer).tolist() == [5, 1, 0]
+
+
+def test_a_checkpoint_without_its_tokenizer_loads_with_the_runs(run, tmp_path, caplog):
+    run_dir, _ = run
+    old_run = tmp_path / "old-run"
+    shutil.copytree(run_dir, old_run)
+    checkpoint = old_run / "checkpoint-3"
+    for path in checkpoint.glob("tokenizer*"):
+        path.unlink()
+    with caplog.at_level(logging.WARNING, logger="elc_bert.runs"):
+        _, tokenizer, _ = load_model(str(checkpoint))
+    assert "holds no tokenizer" in caplog.text and str(old_run) in caplog.text
+    assert tokenizer.mask_token_id == 4
+
+
+def test_remote_code_says_to_import_the_package_when_it_is_installed(run, tmp_path):
+    """A checkpoint loaded as remote code where the package is installed but not imported says to import it."""
+    import subprocess
+    import sys
+
+    script = (
+        "import transformers\n"
+        f"transformers.AutoModelForMaskedLM.from_pretrained({str(run[0])!r}, trust_remote_code=True)\n"
+        "import sys; assert 'elc_bert' not in sys.modules\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**__import__("os").environ, "HF_HOME": str(tmp_path / "hf")},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "`import elc_bert` before loading" in result.stderr
