@@ -38,7 +38,7 @@ import elc_bert  # noqa: E402,F401  (registers the Auto classes)
 from elc_bert import plots  # noqa: E402
 from elc_bert import runs as runs_layout  # noqa: E402
 from elc_bert.data.text import corpus_files, read_documents  # noqa: E402
-from elc_bert.data.tokenizer import train_tokenizer  # noqa: E402
+from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer  # noqa: E402
 from elc_bert.runs import METRICS  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.pretrain import PretrainConfig, pretrain  # noqa: E402
@@ -48,7 +48,7 @@ def shared_tokenizer(base: PretrainConfig, directory: Path) -> Path:
     if not (directory / "tokenizer.json").exists():
         files = [f for name in base.train_files for f in corpus_files(Path(base.data_dir) / name, "train")]
         lines = (line for document in read_documents(files) for line in document)
-        train_tokenizer(lines, base.vocab_size, base.min_frequency).save_pretrained(directory)
+        save_tokenizer(train_tokenizer(lines, base.vocab_size, base.min_frequency), directory)
     return directory
 
 

@@ -70,7 +70,7 @@ class PackCounter:
 
     def __init__(self, monkeypatch):
         self.calls = 0
-        monkeypatch.setattr(corpus, "pack_sentences", self)
+        monkeypatch.setitem(corpus.PACKINGS, "sentences", self)
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -114,7 +114,7 @@ import json
 from transformers import AutoTokenizer
 from elc_bert.data import corpus
 calls = []
-corpus.pack_sentences = lambda *args: calls.append(1)
+corpus.PACKINGS["sentences"] = lambda *args: calls.append(1)
 documents = corpus.document_dataset({str(tmp_path)!r}, cache_dir={str(cache)!r})
 samples = corpus.packed_samples(documents, AutoTokenizer.from_pretrained({str(tokenizer_dir)!r}), 12, progress=False)
 print(json.dumps({{"calls": len(calls), "cache_files": samples.cache_files}}))

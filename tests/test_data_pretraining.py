@@ -1,5 +1,7 @@
 """Sentence packing and the span-masking collator, checked against the recipe's statistics."""
 
+from pathlib import Path
+
 import torch
 
 from elc_bert.data.pretraining import SpanMaskingCollator, pack_sentences
@@ -92,3 +94,70 @@ def test_masking_recipe_is_configurable_and_checked():
     for field, value in (("mask_p", 0.0), ("mask_p", 1.5), ("span_p", 0.0), ("max_span", 1)):
         with __import__("pytest").raises(ValueError, match=field):
             _collator(**{field: value})
+
+
+# ------------------------------------------------------------------- the reference recipe's samples (issue 40)
+def _reference_cache(documents, seq_len):
+    """The reference cache's rule, written here from its description: walk the document's sentences keeping a buffer;
+    whenever the buffer holds more than seq_len tokens, emit its first seq_len tokens and restart the buffer with the
+    sentence that overflowed; emit what is left (cut to seq_len) at the document's end."""
+    out = []
+    for document in documents:
+        buffer = []
+        for sentence in document:
+            buffer.extend(sentence)
+            if len(buffer) > seq_len:
+                out.append(buffer[:seq_len])
+                buffer = list(sentence)
+        if buffer:
+            out.append(buffer[:seq_len])
+    return out
+
+
+def test_reference_packing_fills_samples_as_the_reference_cache():
+    from elc_bert.data.pretraining import fill_segments
+    from elc_bert.data.text import file_documents
+    from elc_bert.data.tokenizer import train_tokenizer
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
+    documents = list(file_documents(str(sample)))
+    tokenizer = train_tokenizer([s for d in documents for s in d], 2000, 2)
+    tokenized = [[tokenizer(s, add_special_tokens=False)["input_ids"] for s in d] for d in documents]
+    ours, reference = fill_segments(tokenized, 126), _reference_cache(tokenized, 126)
+    full = [sum(len(s) == 126 for s in segments) / len(segments) for segments in (ours, reference)]
+    mean = [sum(map(len, segments)) / len(segments) for segments in (ours, reference)]
+    assert abs(full[0] - full[1]) <= 0.02 * full[1] and abs(mean[0] - mean[1]) <= 0.02 * mean[1]
+    assert ours == reference
+    # whole-sentence packing fills far fewer samples (the defect the reference rule fixes)
+    sentences = pack_sentences(tokenized, 126)
+    assert sum(len(s) == 126 for s in sentences) / len(sentences) < full[0] - 0.2
+
+
+def test_masks_are_drawn_anew_each_time_a_sample_is_drawn():
+    examples = _batch(rows=64, seed=5)
+    collator = _collator(seed=3)
+
+    def masked_positions(draw):
+        labels = collator(examples, draw=draw)["labels"]
+        return [set((row != -100).nonzero().flatten().tolist()) for row in labels]
+
+    first, second = masked_positions(draw=0), masked_positions(draw=17)  # two epochs: two steps drawing the samples
+    repeated = sum(len(a & b) for a, b in zip(first, second)) / sum(len(a) for a in first)
+    assert repeated < 0.3  # near the masking rate (0.15), not 1
+    assert masked_positions(draw=17) == second  # the same step draws the same masks (a resume repeats them)
+    static = masked_positions(draw=None)
+    assert static == masked_positions(draw=None)  # validation: the same masks every time
+
+
+def test_short_samples_share_and_lengths():
+    examples = _batch(rows=400, length=128, seed=6)
+    collator = _collator(seed=1, short_p=0.1, max_length=128)
+    lengths = collator(examples, draw=4)["attention_mask"].sum(1)
+    original = torch.tensor([len(example) for example in examples])
+    shortened = lengths < original
+    assert 0.05 < shortened.float().mean().item() < 0.15
+    assert (lengths[shortened] >= 3).all() and (lengths[shortened] <= 128 - 1).all()
+    batch = collator(examples, draw=4)
+    ends = batch["input_ids"][torch.arange(400), lengths - 1]
+    assert (ends == 2).all()  # [SEP] closes a shortened sample again
+    assert torch.equal(_collator(seed=1, short_p=0.1)(examples)["attention_mask"].sum(1), original)  # no draw: none

@@ -16,7 +16,7 @@ import datasets
 from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import Hasher
 
-from .pretraining import pack_sentences
+from .pretraining import PACKINGS
 from .text import corpus_files, file_documents, read_lines, read_text
 
 DOCUMENT_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
@@ -80,12 +80,15 @@ def document_dataset(
         raise ValueError(f"no text in {', '.join(map(str, files))}") from error
 
 
-def packed_samples(documents: datasets.Dataset, tokenizer, seq_length: int, progress: bool = True) -> datasets.Dataset:
-    """Documents packed by whole sentences into [CLS] ... [SEP] samples of at most `seq_length` tokens (column
-    "input_ids"): the samples, in order, of `pack_sentences` over the documents' tokenized sentences.
+def packed_samples(
+    documents: datasets.Dataset, tokenizer, seq_length: int, progress: bool = True, packing: str = "sentences"
+) -> datasets.Dataset:
+    """Documents packed into [CLS] ... [SEP] samples of at most `seq_length` tokens (column "input_ids"): the samples,
+    in order, of the `packing` rule (`PACKINGS`: "reference", `fill_segments`; "sentences", `pack_sentences`) over the
+    documents' tokenized sentences.
 
     The result is cached next to `documents` (their cache folder), keyed by their fingerprint, the tokenizer's
-    vocabulary and rules, and `seq_length`: a second call, in this process or another, reads it back at once.
+    vocabulary and rules, `seq_length` and `packing`: a second call, in this process or another, reads it back at once.
     `progress` shows the map's progress bar.
     """
     if seq_length < 3:
@@ -96,15 +99,17 @@ def packed_samples(documents: datasets.Dataset, tokenizer, seq_length: int, prog
         return documents.map(
             _pack_batch,
             batched=True,
-            fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length},
+            fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length, "packing": packing},
             remove_columns=documents.column_names,
             features=SAMPLE_FEATURES,
-            new_fingerprint=_cache_key(documents._fingerprint, _tokenizer_key(tokenizer), seq_length),
+            new_fingerprint=_cache_key(documents._fingerprint, _tokenizer_key(tokenizer), seq_length, packing),
             desc=f"Packing samples of {seq_length} tokens",
         )
 
 
-def streamed_samples(source: DatasetSource, tokenizer, seq_length: int, cache_dir=None) -> datasets.IterableDataset:
+def streamed_samples(
+    source: DatasetSource, tokenizer, seq_length: int, cache_dir=None, packing: str = "sentences"
+) -> datasets.IterableDataset:
     """The samples of `packed_samples(document_dataset(source), ...)`, packed while `source` streams in (nothing is
     downloaded first nor cached; `cache_dir` only holds the loader's lock files)."""
     if seq_length < 3:
@@ -119,7 +124,7 @@ def streamed_samples(source: DatasetSource, tokenizer, seq_length: int, cache_di
     return documents.map(
         _pack_batch,
         batched=True,
-        fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length},
+        fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length, "packing": packing},
         remove_columns=["sentences"],
         features=SAMPLE_FEATURES,
     )
@@ -155,7 +160,7 @@ def _documents_of_texts(batch: dict, text_column: str) -> dict:
     return {"sentences": [document for document in documents if document]}
 
 
-def _pack_batch(batch: dict, tokenizer, seq_length: int) -> dict:
+def _pack_batch(batch: dict, tokenizer, seq_length: int, packing: str = "sentences") -> dict:
     """A batch of documents to its samples. Documents are packed independently, so batches can be too."""
     documents = batch["sentences"]
     sentences = [sentence for document in documents for sentence in document]
@@ -168,7 +173,9 @@ def _pack_batch(batch: dict, tokenizer, seq_length: int) -> dict:
     for document in documents:
         tokenized.append(ids[start : start + len(document)])
         start += len(document)
-    segments = pack_sentences(tokenized, seq_length - 2)
+    if packing not in PACKINGS:
+        raise ValueError(f"packing must be one of {sorted(PACKINGS)}, got {packing!r}")
+    segments = PACKINGS[packing](tokenized, seq_length - 2)
     return {"input_ids": [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]}
 
 
@@ -210,5 +217,5 @@ _CODE = Hasher.hash(
         function.__code__
         for function in (read_text, read_lines, file_documents, _documents_of_files, _documents_of_texts, _pack_batch)
     ]
-    + [pack_sentences.__code__]
+    + [pack.__code__ for pack in PACKINGS.values()]
 )

@@ -1,5 +1,5 @@
-"""Pretraining data: sentence packing and the reference recipe's span-masking collator (the ELC-BERT paper, arXiv
-2311.02265).
+"""Pretraining data: packing documents into samples (the reference cache's rule, or whole sentences) and the
+reference recipe's span-masking collator (the ELC-BERT paper, arXiv 2311.02265).
 
 The collator is vectorised over the batch and over candidate spans: no Python loop per sample or per span.
 """
@@ -37,11 +37,36 @@ def pack_sentences(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int
     return [segment for segment in segments if segment]
 
 
+def fill_segments(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int) -> list[list[int]]:
+    """Packs the sentences of each document as the reference cache (`cache_dataset.py`) does: sentences are appended
+    to the segment until it holds more than `max_tokens`; then its first `max_tokens` are a segment (so it ends inside
+    the sentence that overflowed), and the next segment starts again with that whole sentence. What is left at the
+    end of a document is its last segment (cut to `max_tokens`). Segments are full except at document ends, start at
+    a sentence start, and never cross document boundaries.
+    """
+    segments = []
+    for document in documents:
+        current: list[int] = []
+        for sentence in document:
+            current = current + list(sentence)
+            if len(current) > max_tokens:
+                segments.append(current[:max_tokens])
+                current = list(sentence)
+        if current:
+            segments.append(current[:max_tokens])
+    return segments
+
+
+PACKINGS = {"reference": fill_segments, "sentences": pack_sentences}
+
+
 @dataclass
 class SpanMaskingCollator:
     """Pads token-id sequences into a batch and masks spans for MLM, as the reference recipe does.
 
-    Per sequence: n ~ Binomial(#maskable tokens, mask_p); spans of length Geometric(1/3) mod `max_span` (length 0
+    Per sequence, first (with `short_p` > 0, as the reference's samples): with probability `short_p` its content is
+    cut to a length drawn uniformly from [1, `max_length` - 2), then [SEP] closes it again. Then n ~ Binomial(#maskable
+    tokens, mask_p); spans of length Geometric(1/3) mod `max_span` (length 0
     spans are skipped) start at random positions until at least n maskable tokens are covered (at most
     `max_tries` spans). Each span as a whole becomes [MASK] (80%), random tokens from [random_token_min, V) (10%)
     or stays unchanged (10%). Tokens with ids below `num_special_tokens` and the last real token are never masked.
@@ -49,10 +74,12 @@ class SpanMaskingCollator:
     Input: a list of examples, each a list of ids or a dict with "input_ids" (already with [CLS] ... [SEP]).
     Output: input_ids, attention_mask and labels (the original id where masked, -100 elsewhere), all B x T.
 
-    The masks of a sequence are a function of `seed` and that sequence's token ids alone: no global random state is
-    read, so a run resumed from a checkpoint masks exactly as the uninterrupted run did, whatever the data loader
-    prefetched, and a batch split across data-parallel processes (or accumulation steps) is masked exactly as it is
-    in one piece.
+    The masks of a sequence are a function of `seed`, that sequence's token ids and `draw` (the number of the batch
+    that draws it: the training step) alone: no global random state is read, so a run resumed from a checkpoint masks
+    exactly as the uninterrupted run did, whatever the data loader prefetched, and a batch split across data-parallel
+    processes (or accumulation steps) is masked exactly as it is in one piece. A sample drawn again in a later epoch
+    gets new masks, as in the reference, where masks are drawn each time a sample is read; `draw` None (validation)
+    gives each sample the same masks every time.
     """
 
     mask_token_id: int
@@ -65,6 +92,8 @@ class SpanMaskingCollator:
     num_special_tokens: int = 6
     random_token_min: int = 5
     seed: int = 0
+    short_p: float = 0.0
+    max_length: int = 128
 
     def __post_init__(self):
         if not 0 < self.mask_p < 1:
@@ -75,22 +104,43 @@ class SpanMaskingCollator:
             raise ValueError(f"max_span must be >= 2, got {self.max_span}")
         if self.max_tries < 1:
             raise ValueError(f"max_tries must be >= 1, got {self.max_tries}")
+        if not 0 <= self.short_p < 1:
+            raise ValueError(f"short_p must be in [0, 1), got {self.short_p}")
 
-    def __call__(self, examples) -> dict[str, torch.Tensor]:
+    def __call__(self, examples, draw: int | None = None, max_length: int | None = None) -> dict[str, torch.Tensor]:
+        """examples: lists of ids or dicts with "input_ids"; draw: the number of the batch drawing them (see above);
+        max_length: the samples' length limit (default `max_length`), from which `short_p` draws."""
         sequences = [example["input_ids"] if isinstance(example, dict) else example for example in examples]
+        if self.short_p > 0 and draw is not None:
+            limit = max_length or self.max_length
+            sequences = [self._shortened(list(sequence), draw, limit) for sequence in sequences]
         length = max(len(sequence) for sequence in sequences)
         input_ids = torch.full((len(sequences), length), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
         for row, sequence in enumerate(sequences):
             input_ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
             attention_mask[row, : len(sequence)] = 1
-        masked, labels = self.mask(input_ids, attention_mask)
+        masked, labels = self.mask(input_ids, attention_mask, draw)
         return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
 
-    def _draws(self, sequence: torch.Tensor, maskable: int, length: int) -> dict[str, torch.Tensor]:
+    def _generator(self, ids: bytes, draw: int | None, stream: int = 0) -> torch.Generator:
+        """A generator seeded by `seed`, the ids, `draw` and `stream` (0: masking, 1: shortening)."""
+        salt = self.seed if draw is None else zlib.crc32(f"{draw}/{stream}".encode(), self.seed)
+        return torch.Generator().manual_seed(zlib.crc32(ids, salt))
+
+    def _shortened(self, sequence: list[int], draw: int, max_length: int) -> list[int]:
+        """[CLS] content [SEP], with probability `short_p` with its content cut to a length uniform in
+        [1, max_length - 2)."""
+        g = self._generator(torch.tensor(sequence, dtype=torch.long).numpy().tobytes(), draw, stream=1)
+        if torch.rand(1, generator=g).item() >= self.short_p or max_length <= 3:
+            return sequence
+        keep = int(torch.randint(1, max_length - 2, (1,), generator=g))
+        return sequence[: 1 + keep] + sequence[-1:] if keep < len(sequence) - 2 else sequence
+
+    def _draws(self, sequence: torch.Tensor, maskable: int, length: int, draw: int | None) -> dict[str, torch.Tensor]:
         """The random numbers of one sequence (its n real ids, `maskable` of them maskable), from a generator seeded
-        by `seed` and those ids; per-position draws are padded to the batch length T."""
-        g = torch.Generator().manual_seed(zlib.crc32(sequence.numpy().tobytes(), self.seed))
+        by `seed`, those ids and `draw`; per-position draws are padded to the batch length T."""
+        g = self._generator(sequence.numpy().tobytes(), draw)
         n, tries = len(sequence), self.max_tries
         random_tokens = torch.full((length,), self.random_token_min, dtype=torch.long)
         random_tokens[:n] = torch.randint(self.random_token_min, self.vocab_size, (n,), generator=g)
@@ -102,14 +152,14 @@ class SpanMaskingCollator:
             "random_tokens": random_tokens,
         }
 
-    def mask(self, input_ids, attention_mask) -> tuple[torch.Tensor, torch.Tensor]:
-        """Span masking of a right-padded batch (B x T); returns the masked ids and the labels."""
+    def mask(self, input_ids, attention_mask, draw: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Span masking of a right-padded batch (B x T) drawn by batch `draw`; returns the masked ids and the labels."""
         batch, length = input_ids.shape
         lengths = attention_mask.sum(1)
         maskable = attention_mask.bool() & (input_ids >= self.num_special_tokens)
         maskable[torch.arange(batch), (lengths - 1).clamp(min=0)] = False
         counts = maskable.sum(1).tolist()
-        draws = [self._draws(input_ids[row, : lengths[row]], counts[row], length) for row in range(batch)]
+        draws = [self._draws(input_ids[row, : lengths[row]], counts[row], length, draw) for row in range(batch)]
         draws = {key: torch.stack([d[key] for d in draws]) for key in draws[0]}
         target = draws["target"].view(batch)
 

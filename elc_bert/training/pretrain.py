@@ -14,7 +14,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
 from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
-from ..data.pretraining import SpanMaskingCollator, schedule_batches
+from ..data.pretraining import PACKINGS, SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
@@ -67,6 +67,16 @@ class PretrainConfig:
     mask_p: float = config_field(0.15, "the masking recipe: the share of tokens masked ...")
     span_p: float = config_field(1 / 3, "... in spans of length Geometric(span_p) ...")
     max_span: int = config_field(10, "... mod max_span")
+    short_p: float = config_field(
+        0.1,
+        "the share of training samples cut to a random shorter length (uniform in [1, seq_length - 2))",
+        bounds="[0, 1)",
+    )
+    packing: Literal[tuple(PACKINGS)] = config_field(
+        "reference",
+        "how documents become samples: reference (the reference cache: filled across sentences, cut inside the "
+        "overflowing sentence, which starts the next sample again) or sentences (whole sentences only)",
+    )
     torch_compile: bool = config_field(False, "train the torch.compile'd model (TrainingArguments.torch_compile)")
     data_cache_dir: str | None = config_field(
         None, "where the tokenized, packed corpus is cached (null: the datasets cache)"
@@ -116,7 +126,9 @@ class PretrainConfig:
             if self.checkpoint_words:
                 raise ValueError("checkpoint_words needs the words of each step, unknown ahead when streaming")
         # The masking recipe is checked where it lives.
-        SpanMaskingCollator(4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span)
+        SpanMaskingCollator(
+            4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span, short_p=self.short_p
+        )
 
 
 def corpus(entries: list, data_dir: Path, split: str, cache_dir=None) -> datasets.Dataset:
@@ -142,16 +154,24 @@ def evenly_spaced(samples: list, count: int) -> list:
 class BatchRows(torch.utils.data.Dataset):
     """Row k: the samples of (micro-)batch k, `batches[k]` being their indices into the packed `samples`, read when
     the Trainer asks for the row. The job decides batch composition (and the long phase's batch size) itself, and the
-    Trainer reads the rows in order, one per micro-step and process."""
+    Trainer reads the rows in order, one per micro-step and process.
 
-    def __init__(self, samples: datasets.Dataset, batches: list[list[int]]):
+    With `parts` (micro-batches per global batch), each row also names the step that draws it (`first_step` plus
+    k // parts: the masks are drawn anew at each step, `SpanMaskingCollator`) and the phase's sample length
+    `max_length`; without (validation), rows draw nothing: their masks stay the same."""
+
+    def __init__(self, samples, batches: list[list[int]], parts=None, first_step: int = 0, max_length=None):
         self.samples, self.batches = samples, batches
+        self.parts, self.first_step, self.max_length = parts, first_step, max_length
 
     def __len__(self):
         return len(self.batches)
 
     def __getitem__(self, index):
-        return {"input_ids": self.samples[self.batches[index]]["input_ids"]}
+        row = {"input_ids": self.samples[self.batches[index]]["input_ids"]}
+        if self.parts is not None:
+            row.update(draw=self.first_step + index // self.parts, max_length=self.max_length)
+        return row
 
 
 class StreamedRows(torch.utils.data.IterableDataset):
@@ -159,8 +179,9 @@ class StreamedRows(torch.utils.data.IterableDataset):
     `batch_size`, cut into `parts` micro-batch rows in the order `split_batches` uses; `num_steps` batches in all
     (the stream starts over when it ends)."""
 
-    def __init__(self, samples: datasets.IterableDataset, batch_size: int, parts: int, num_steps: int):
+    def __init__(self, samples: datasets.IterableDataset, batch_size: int, parts: int, num_steps: int, max_length):
         self.samples, self.batch_size, self.parts, self.num_steps = samples, batch_size, parts, num_steps
+        self.max_length = max_length
 
     def __iter__(self):
         batches, batch, epoch = 0, [], 0
@@ -171,7 +192,8 @@ class StreamedRows(torch.utils.data.IterableDataset):
                 if len(batch) == self.batch_size:
                     size = self.batch_size // self.parts
                     for k in range(self.parts):
-                        yield {"input_ids": batch[k * size : (k + 1) * size]}
+                        rows = batch[k * size : (k + 1) * size]
+                        yield {"input_ids": rows, "draw": batches, "max_length": self.max_length}
                     batches, batch = batches + 1, []
                     if batches == self.num_steps:
                         return
@@ -199,12 +221,13 @@ def split_batches(batches: list[list[int]], parts: int) -> list[list[int]]:
 
 @dataclass
 class BatchRowCollator:
-    """Masks the samples of the batch rows of `BatchRows` as one batch."""
+    """Masks the samples of the batch rows of `BatchRows` as one batch, drawn by the rows' step."""
 
     masking: SpanMaskingCollator
 
     def __call__(self, rows) -> dict[str, torch.Tensor]:
-        return self.masking([sample for row in rows for sample in row["input_ids"]])
+        samples = [sample for row in rows for sample in row["input_ids"]]
+        return self.masking(samples, draw=rows[0].get("draw"), max_length=rows[0].get("max_length"))
 
 
 def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.Dataset):
@@ -310,11 +333,14 @@ def _prepared_data(config: PretrainConfig, output_dir: Path):
     tokenizer = _tokenizer(config, output_dir / runs.TOKENIZER, documents)
     phases = _phases(config)
     if not config.streaming:
-        phases = [(packed_samples(documents, tokenizer, length), size, steps) for length, size, steps in phases]
+        phases = [
+            (packed_samples(documents, tokenizer, length, packing=config.packing), size, steps)
+            for length, size, steps in phases
+        ]
     validation = None
     if config.validation_files:
         validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir)
-        validation = packed_samples(validation, tokenizer, config.seq_length)
+        validation = packed_samples(validation, tokenizer, config.seq_length, packing=config.packing)
     return tokenizer, phases, validation
 
 
@@ -386,24 +412,32 @@ class CheckpointsAreModels(TrainerCallback):
 
 
 def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
-    """The training rows (micro-batches of `parts` per global batch), and the tokens and words of each step (None
-    when streaming: not known ahead)."""
+    """The training rows (micro-batches of `parts` per global batch), the tokens and words of each step, and the share
+    of real tokens among the padded micro-batches' positions (before `short_p` cuts; all None when streaming: not known
+    ahead)."""
     if config.streaming:
         sources = [DatasetSource(**entry) for entry in config.train_files]
-        streams = [streamed_samples(source, tokenizer, config.seq_length, config.data_cache_dir) for source in sources]
+        streams = [
+            streamed_samples(source, tokenizer, config.seq_length, config.data_cache_dir, config.packing)
+            for source in sources
+        ]
         stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
         stream = stream.shuffle(seed=config.seed, buffer_size=config.shuffle_buffer)
-        return StreamedRows(stream, config.batch_size, parts, config.max_steps), None, None
-    rows, step_tokens, step_words = [], [], []
-    for phase, (samples, size, steps) in enumerate(phases):
+        rows = StreamedRows(stream, config.batch_size, parts, config.max_steps, config.seq_length)
+        return rows, None, None, None
+    rows, step_tokens, step_words, padded = [], [], [], 0
+    for phase, ((samples, size, steps), (max_length, _, _)) in enumerate(zip(phases, _phases(config))):
         batches = schedule_batches(len(samples), size, steps, config.seed + phase)
         lengths = sample_lengths(samples)
         step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
+        padded += sum(
+            len(micro) * max(lengths[i] for i in micro) for batch in batches for micro in split_batches([batch], parts)
+        )
         if config.checkpoint_words:
             words = sample_words(samples, tokenizer)
             step_words += [int(words[batch].sum()) for batch in batches]
-        rows.append(BatchRows(samples, split_batches(batches, parts)))
-    return torch.utils.data.ConcatDataset(rows), step_tokens, step_words
+        rows.append(BatchRows(samples, split_batches(batches, parts), parts, len(step_tokens) - steps, max_length))
+    return torch.utils.data.ConcatDataset(rows), step_tokens, step_words, sum(step_tokens) / padded
 
 
 def _validation_rows(config: PretrainConfig, validation) -> BatchRows | None:
@@ -428,7 +462,8 @@ def _optimizers(config: PretrainConfig, model) -> tuple:
 
 
 def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
-    # Masks are a function of each sequence's ids and the seed: a resumed run masks exactly as the first one did.
+    # Masks are a function of each sequence's ids, its step and the seed: a resumed run masks exactly as the first
+    # one did, and a sample seen again gets new masks.
     return SpanMaskingCollator(
         tokenizer.mask_token_id,
         tokenizer.pad_token_id,
@@ -438,6 +473,8 @@ def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
         max_span=config.max_span,
         num_special_tokens=len(tokenizer.all_special_ids),
         seed=config.seed,
+        short_p=config.short_p,
+        max_length=config.seq_length,
     )
 
 
@@ -487,7 +524,7 @@ def pretrain(config: PretrainConfig) -> dict:
     # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
     with args.main_process_first(desc="data preparation"):
         tokenizer, phases, validation = _prepared_data(config, output_dir)
-    train_dataset, step_tokens, step_words = _train_rows(config, tokenizer, phases, parts)
+    train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
     step_sequences = [size for _, size, steps in phases for _ in range(steps)]
     torch.manual_seed(config.seed)
     model = _model(config, tokenizer)
@@ -507,6 +544,8 @@ def pretrain(config: PretrainConfig) -> dict:
     first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
     result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
+    if real_token_share is not None:
+        metrics["real_token_share"] = real_token_share
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     _save_run(trainer, model, tokenizer, output_dir, metrics)
