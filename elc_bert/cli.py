@@ -92,6 +92,34 @@ def build_parser() -> argparse.ArgumentParser:
     blimp_parser.add_argument(
         "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
     )
+    babylm_parser = commands.add_parser(
+        "eval-babylm", help="the BabyLM 2025 zero-shot tasks, scored as the official pipeline scores them"
+    )
+    babylm_parser.add_argument("model", help="a model folder or Hub name; with --all-checkpoints a pretraining run")
+    babylm_parser.add_argument(
+        "--data",
+        required=True,
+        help="the evaluation data: the official evaluation_data folder (full_eval/, fast_eval/), a folder of task "
+        "folders, or a Hub dataset id holding either",
+    )
+    babylm_parser.add_argument(
+        "--tasks", nargs="+", help="blimp supplement ewok entity_tracking wug_adj wug_past comps (default: all)"
+    )
+    babylm_parser.add_argument(
+        "--task-dir", action="append", default=[], metavar="TASK=DIR", help="a task's folder, where --data has none"
+    )
+    babylm_parser.add_argument(
+        "--pll", default="original", choices=("original", "within_word_l2r"), help="the masked LMs' PLL variant"
+    )
+    babylm_parser.add_argument("--temperature", type=float, default=1.0, help="divides the logits (default 1)")
+    babylm_parser.add_argument(
+        "--all-checkpoints", action="store_true", help="every checkpoint-N, words-* and final model of the run"
+    )
+    babylm_parser.add_argument("--out", help="output folder (default: outputs/eval-babylm/<model name>)")
+    babylm_parser.add_argument(
+        "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
+    )
+    babylm_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
     export_parser = commands.add_parser("export", help="a Hub-ready folder: remote code, safetensors, model card")
     export_parser.add_argument("source", help="a run directory (pretrain, mlm) or a saved model folder")
     export_parser.add_argument("out_dir", help="the folder to write")
@@ -206,6 +234,34 @@ def eval_blimp(args) -> None:
     )
 
 
+def eval_babylm(args) -> None:
+    """`elc-bert eval-babylm MODEL --data DIR ...`: the summary table, and where the results went."""
+    from .evaluation.babylm import evaluate_babylm, resolve_data, summary_table
+
+    task_dirs = {}
+    for entry in args.task_dir:
+        task, sep, folder = entry.partition("=")
+        if not sep or not folder:
+            raise ValueError(f"--task-dir must be TASK=DIR, got {entry!r}")
+        task_dirs[task] = folder
+    out_dir = Path(args.out) if args.out else Path("outputs") / "eval-babylm" / Path(args.model.rstrip("/")).name
+    options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
+    summary = evaluate_babylm(
+        args.model,
+        resolve_data(args.data),
+        out_dir,
+        args.tasks,
+        pll=args.pll,
+        temperature=args.temperature,
+        all_checkpoints=args.all_checkpoints,
+        task_dirs=task_dirs,
+        device=args.device,
+        **options,
+    )
+    print(summary_table(summary))
+    print(f"results, predictions (official layout) and summary in {out_dir}")
+
+
 def run(args):
     """Runs the parsed command."""
     if args.command == "pretrain":
@@ -233,6 +289,8 @@ def run(args):
         print(markdown(scorecard(args.run_dir)))
     elif args.command == "eval-blimp":
         eval_blimp(args)
+    elif args.command == "eval-babylm":
+        eval_babylm(args)
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
         from .analysis.report import REPORT_MD, analyze, load_sentences

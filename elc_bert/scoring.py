@@ -9,6 +9,12 @@ every non-special token masked in turn, summed, no length normalisation; [CLS]/[
 are present in the input but never scored. Causal LMs are scored by their log-likelihood, sum_t log p(w_t | w_<t),
 the first token conditioned on the tokenizer's BOS token when it has one (otherwise the first token is context only).
 
+Options, as the BabyLM 2025 evaluation and minicons have them: `starts` scores only a completion (the tokens whose
+character span ends after the completion's first character, the official pipeline's rule; the rest of the sentence
+is context), `pll="within_word_l2r"` is the word-level PLL of Kauf & Ivanova (2023) (while a token is scored, the later
+tokens of its word are masked too: a word is what the tokenizer's pre-tokenizer makes one, `word_ids`), and
+`temperature` divides the logits before the log-softmax.
+
 Speed: every masked copy of every (unique) sentence becomes one row of a flat list; rows are sorted by length and cut
 into batches under a token budget (rows x padded length), so one forward pass scores hundreds of masked copies of
 many sentences at once and padding is rare.
@@ -29,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TOKENS = 4096
 KINDS = ("masked", "causal")
+PLL_METRICS = ("original", "within_word_l2r")
 
 
 # --------------------------------------------------------------------------------------------------------- kind
@@ -201,34 +208,63 @@ class _EvalMode:
         self.model.train(self.was_training)
 
 
+def _scored(encoded, index: int, start: int | None, special: list[int]) -> list[int]:
+    """1 where a token of encoded sentence `index` is not scored: special tokens, and with `start` (a character
+    position) the tokens whose span ends at or before it (the context before a completion)."""
+    if start is None:
+        return special
+    offsets = encoded["offset_mapping"][index]
+    return [int(flag or end <= start) for flag, (_, end) in zip(special, offsets)]
+
+
 def pseudo_log_likelihoods(
     model,
     tokenizer,
     sentences: Sequence[str],
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     progress: bool = True,
+    starts: Sequence[int] | None = None,
+    pll: str = "original",
+    temperature: float = 1.0,
 ) -> list[float]:
     """PLL of each sentence under a masked LM (sum over non-special tokens of log p(true token | sentence with that
-    token masked)), in nats, one float per input sentence. Duplicate sentences are scored once
+    token masked)), in nats, one float per input sentence; with `starts` (a character position per sentence) of its
+    completion only, with `pll` and `temperature` as the module says. Duplicates are scored once
     (`token_pseudo_log_likelihoods` scores them)."""
     if tokenizer.mask_token_id is None:
         raise ValueError("pseudo-log-likelihood needs a tokenizer with a mask token (use the causal path for decoders)")
-    unique = list(dict.fromkeys(sentences))
+    if pll not in PLL_METRICS:
+        raise ValueError(f"pll must be one of {PLL_METRICS}, got {pll!r}")
+    keys = list(zip(sentences, starts if starts is not None else [None] * len(sentences)))
+    unique = list(dict.fromkeys(keys))
     if not unique:
         return []
-    encoded = tokenizer(unique, add_special_tokens=True, return_special_tokens_mask=True)
+    texts = [text for text, _ in unique]
+    with_offsets = starts is not None
+    encoded = tokenizer(
+        texts, add_special_tokens=True, return_special_tokens_mask=True, return_offsets_mapping=with_offsets
+    )
+    not_scored = [
+        _scored(encoded, i, start, special)
+        for i, ((_, start), special) in enumerate(zip(unique, encoded["special_tokens_mask"]))
+    ]
+    word_ids = None
+    if pll == "within_word_l2r":
+        word_ids = [[-1 if word is None else word for word in encoded.word_ids(i)] for i in range(len(texts))]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     totals = token_pseudo_log_likelihoods(
         model,
         encoded["input_ids"],
-        encoded["special_tokens_mask"],
+        not_scored,
         tokenizer.mask_token_id,
         pad_id,
         batch_tokens=batch_tokens,
         progress=progress,
+        word_ids=word_ids,
+        temperature=temperature,
     )
-    by_sentence = dict(zip(unique, totals.tolist()))
-    return [by_sentence[sentence] for sentence in sentences]
+    by_key = dict(zip(unique, totals.tolist()))
+    return [by_key[key] for key in keys]
 
 
 @torch.inference_mode()
@@ -240,9 +276,13 @@ def token_pseudo_log_likelihoods(
     pad_id: int = 0,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     progress: bool = True,
+    word_ids: Sequence[Sequence[int]] | None = None,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
     """PLL of each token sequence (its ids, special tokens included; unpadded), float64 on the CPU, one per sequence:
-    the sum over its positions t with special_tokens_mask 0 of log p(ids[t] | ids with position t masked).
+    the sum over its positions t with special_tokens_mask 0 of log p(ids[t] | ids with position t masked). With
+    `word_ids` (a word index per token, -1 for none), the positions after t of t's word are masked too
+    (within_word_l2r); log-probabilities are of logits / `temperature`.
 
     `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V; a masked LM that restricts its head
     to labelled positions (`_restricts_logits`) gets `labels` too and returns N x V logits for the masked positions
@@ -253,6 +293,7 @@ def token_pseudo_log_likelihoods(
         return totals
     all_ids, lengths = _padded(sequences, pad_id)
     special, _ = _padded(special_tokens_mask, 1)
+    words = _padded(word_ids, -1)[0] if word_ids is not None else None
     # One row per (sequence, scored position): the masked copies of every sequence, flat.
     row_sentence, row_position = torch.nonzero(special == 0, as_tuple=True)
     order = torch.sort(lengths[row_sentence], descending=True, stable=True).indices
@@ -271,6 +312,11 @@ def token_pseudo_log_likelihoods(
             rows = torch.arange(len(sentence))
             targets = input_ids[rows, position].clone()
             input_ids[rows, position] = mask_token_id
+            if words is not None:  # the rest of the scored token's word, to its right
+                row_words = words[sentence, :length]
+                own = row_words[rows, position][:, None]
+                later = torch.arange(length)[None, :] > position[:, None]
+                input_ids[later & (row_words == own) & (own >= 0)] = mask_token_id
             attention_mask = (torch.arange(length)[None, :] < row_lengths[start:end, None]).long()
             inputs = {"input_ids": input_ids.to(device), "attention_mask": attention_mask.to(device)}
             if restrict:
@@ -284,7 +330,7 @@ def token_pseudo_log_likelihoods(
                 logits = logits[:, 0]
             elif logits.dim() == 3:  # B x T x V: keep each row's masked position
                 logits = logits[rows.to(device), position.to(device)]
-            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
             scores = log_probs.gather(1, targets.to(device)[:, None]).squeeze(1)
             totals.index_add_(0, sentence, scores.to("cpu", torch.float64))
             bar.update(end - start)
@@ -298,20 +344,30 @@ def causal_log_likelihoods(
     sentences: Sequence[str],
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     progress: bool = True,
+    starts: Sequence[int] | None = None,
+    temperature: float = 1.0,
 ) -> list[float]:
     """Log-likelihood sum_t log p(w_t | BOS, w_<t) of each sentence under a causal LM, in nats, one float per input
-    sentence. Without a BOS token in the tokenizer the first token is context only (it cannot be predicted).
+    sentence; with `starts`, of its completion's tokens only. Without a BOS token in the tokenizer the first token is
+    context only (it cannot be predicted).
 
     `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V (right padding, so positions of real
     tokens are unaffected by it)."""
-    unique = list(dict.fromkeys(sentences))
+    keys = list(zip(sentences, starts if starts is not None else [None] * len(sentences)))
+    unique = list(dict.fromkeys(keys))
     if not unique:
         return []
     bos = tokenizer.bos_token_id
-    encoded = tokenizer(unique, add_special_tokens=False)["input_ids"]
-    sequences = [([bos] if bos is not None else []) + ids for ids in encoded]
+    encoded = tokenizer([text for text, _ in unique], add_special_tokens=False, return_offsets_mapping=True)
+    sequences = [([bos] if bos is not None else []) + ids for ids in encoded["input_ids"]]
+    # 1 where a token is scored: every one, or a completion's (its span ends after the completion's start)
+    scored_tokens = [
+        ([0] if bos is not None else []) + [int(start is None or end > start) for _, end in offsets]
+        for (_, start), offsets in zip(unique, encoded["offset_mapping"])
+    ]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     all_ids, lengths = _padded(sequences, pad_id)
+    all_scored, _ = _padded(scored_tokens, 0)
     order = torch.sort(lengths, descending=True, stable=True).indices
 
     device = _device_of(model)
@@ -330,9 +386,10 @@ def causal_log_likelihoods(
             logits = logits[:, :-1]  # position t predicts token t + 1
             targets = input_ids[:, 1:].to(device)
             # log p = logit of the target - logsumexp; no B x T x V float32 log-softmax kept around.
-            scores = logits.gather(-1, targets[..., None]).squeeze(-1).float() - torch.logsumexp(logits.float(), -1)
-            scored = attention_mask[:, 1:].to(device).bool()
+            logits = logits.float() / temperature
+            scores = logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
+            scored = (attention_mask[:, 1:] * all_scored[sentence, 1:length]).to(device).bool()
             totals[sentence] = (scores * scored).sum(-1).to("cpu", torch.float64)
             bar.update(end - start)
-    by_sentence = dict(zip(unique, totals.tolist()))
-    return [by_sentence[sentence] for sentence in sentences]
+    by_key = dict(zip(unique, totals.tolist()))
+    return [by_key[key] for key in keys]

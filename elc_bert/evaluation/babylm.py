@@ -1,0 +1,515 @@
+"""The BabyLM 2025 zero-shot evaluation, scored as the official pipeline (`babylm/evaluation-pipeline-2025`) scores it.
+
+Every task is a list of items; an item has candidate sentences, the completion of each that is scored (the rest of
+the sentence is context), the UID it is reported under and, for the wug tests, the human preference `ratio`:
+
+    task             folders (full / fast)                  candidates                         scored      UID
+    blimp            blimp_filtered / blimp_fast            sentence_good, sentence_bad        whole       UID
+    supplement       supplement_filtered / supplement_fast  sentence_good, sentence_bad        whole       file
+    ewok             ewok_filtered / ewok_fast              Context1 + " " + Target1, Target2  " Target"   Domain
+    entity_tracking  entity_tracking                        input_prefix + each option         the option  file_N_ops
+    wug_adj          wug_adj_nominalization                 its tab-separated sentences        whole       file
+    wug_past         wug_past_tense                         its tab-separated sentences        whole       file
+    comps            comps                                  prefix_(un)acceptable + property   property    base, ...
+
+Candidate 0 is the right one. A candidate's score is the (pseudo-)log-likelihood of its completion's tokens
+(`scoring`); the prediction is the first candidate with the highest score, so a tie counts as right, as in the official
+pipeline. Metrics: accuracy per UID (and per value of the other metadata the pipeline counts), averaged over UIDs;
+entity tracking averages the UIDs of each of its three files, then the files; the wug tests report Spearman's rho
+between the softmax of candidate 0 over the item's candidates and the human ratio.
+
+`read_task` checks a task's files before any model is loaded: a missing or empty field, a ratio outside [0, 1] or
+fewer than two candidates name the file, the line and the field.
+"""
+
+import gzip
+import json
+import logging
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Item:
+    """One evaluation item: candidates (candidate 0 is right), the scored completion of each, where it came from."""
+
+    sentences: list[str]
+    completions: list[str]
+    uid: str
+    where: str  # file:line
+    metadata: dict = field(default_factory=dict)  # further keys the pipeline reports accuracies by
+    ratio: float | None = None  # wug: the human preference for candidate 0
+
+
+def _fields(record: dict, names: tuple, where: str) -> list:
+    """The values of `names` in `record`; a missing, empty or non-string one raises ValueError naming file:line."""
+    values = []
+    for name in names:
+        value = record.get(name)
+        if value is None:
+            raise ValueError(f"{where}: field '{name}' is missing")
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(f"{where}: field '{name}' is empty")
+        values.append(value)
+    return values
+
+
+def _minimal_pair(record, path: Path, where: str) -> Item:
+    good, bad = _fields(record, ("sentence_good", "sentence_bad"), where)
+    if "field" in record:  # BLiMP proper
+        uid, field_name, term = _fields(record, ("UID", "field", "linguistics_term"), where)
+        field_name = "syntax/semantics" if field_name == "syntax_semantics" else field_name
+    else:  # the supplement: no field or UID
+        uid, field_name, term = path.name.split(".")[0], "supplement", "supplement"
+    return Item([good, bad], [good, bad], uid, where, {"field": field_name, "linguistics_term": term})
+
+
+def _ewok(record, path: Path, where: str) -> Item:
+    context, target1, target2, domain = _fields(record, ("Context1", "Target1", "Target2", "Domain"), where)
+    metadata = {name: record.get(key) for name, key in (("context_type", "ContextType"), ("context_contrast",
+                "ContextDiff"), ("target_contrast", "TargetDiff"))}  # fmt: skip
+    sentences = [f"{context} {target1}", f"{context} {target2}"]
+    return Item(sentences, [f" {target1}", f" {target2}"], domain, where, metadata)
+
+
+def _entity_tracking(record, path: Path, where: str) -> Item:
+    prefix, options, ops = _fields(record, ("input_prefix", "options", "numops"), where)
+    if not isinstance(options, list) or len(options) < 2:
+        raise ValueError(f"{where}: field 'options' must list at least 2 continuations, got {options!r}")
+    for index, option in enumerate(options):
+        if not isinstance(option, str) or not option.strip():
+            raise ValueError(f"{where}: field 'options' item {index} is empty")
+    uid = f"{path.name.split('.')[0]}_{ops}_ops"
+    return Item([prefix + option for option in options], list(options), uid, where)
+
+
+def _wug(record, path: Path, where: str) -> Item:
+    sentences, ratio = _fields(record, ("sentences", "ratio"), where)
+    candidates = sentences.split("\t")
+    if len(candidates) < 2 or not all(candidate.strip() for candidate in candidates):
+        raise ValueError(f"{where}: field 'sentences' must hold at least 2 non-empty tab-separated sentences")
+    if not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
+        raise ValueError(f"{where}: field 'ratio' must be a number in [0, 1], got {ratio!r}")
+    return Item(candidates, candidates, path.name.split(".")[0], where, ratio=float(ratio))
+
+
+COMPS_UIDS = {"comps_base": "base", "comps_wugs": "wugs", "comps_wugs_dist-before": "wugs_dist_before"}
+
+
+def _comps(record, path: Path, where: str) -> Item:
+    good, bad, phrase = _fields(record, ("prefix_acceptable", "prefix_unacceptable", "property_phrase"), where)
+    uid = COMPS_UIDS.get(path.name.split(".")[0], "wugs_dist_in_between")
+    return Item([f"{good} {phrase}", f"{bad} {phrase}"], [f" {phrase}", f" {phrase}"], uid, where)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A zero-shot task: the folders that may hold it (full, fast), how a record becomes an Item, the official
+    pipeline's name for it (its `--task`) and its metric ("accuracy", "entity_tracking" or "spearman")."""
+
+    folders: tuple[str, ...]
+    read: Callable
+    official: str
+    metric: str = "accuracy"
+
+
+TASKS = {
+    "blimp": Task(("blimp_filtered", "blimp_fast"), _minimal_pair, "blimp"),
+    "supplement": Task(("supplement_filtered", "supplement_fast"), _minimal_pair, "blimp"),
+    "ewok": Task(("ewok_filtered", "ewok_fast"), _ewok, "ewok"),
+    "entity_tracking": Task(
+        ("entity_tracking", "entity_tracking_fast"), _entity_tracking, "entity_tracking", "entity_tracking"
+    ),
+    "wug_adj": Task(("wug_adj_nominalization",), _wug, "wug", "spearman"),
+    "wug_past": Task(("wug_past_tense",), _wug, "wug", "spearman"),
+    "comps": Task(("comps",), _comps, "comps"),
+}
+ENTITY_TRACKING_FILES = ("regular", "ambiref", "move_contents")
+
+
+def _open(path: Path):
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+
+
+def resolve_data(data: str | Path) -> Path:
+    """The local folder of the evaluation data: `data` itself, or for a Hub dataset id (owner/name) that is not a
+    local folder, its snapshot (downloaded once into the Hub cache)."""
+    path = Path(data)
+    if path.exists():
+        if not path.is_dir():
+            raise NotADirectoryError(f"{data}: the evaluation data must be a folder")
+        return path
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(str(data))
+    except HFValidationError:
+        raise FileNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)") from None
+    if "/" not in str(data):
+        raise FileNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)")
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(data), repo_type="dataset"))
+
+
+def task_files(folder: Path) -> list[Path]:
+    """The task's JSONL files in `folder` (plain or gzip), sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+
+
+def find_task_folder(task: str, data: Path) -> Path:
+    """The folder of `task` under `data`: `data` itself when it holds the task's files directly under one of the
+    task's folder names, else `data/<folder>`, `data/full_eval/<folder>` or `data/fast_eval/<folder>` for the
+    first of the task's folder names found."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+    names = TASKS[task].folders
+    if data.name in names and data.is_dir():
+        return data
+    for name in names:
+        for parent in (data, data / "full_eval", data / "fast_eval"):
+            if (parent / name).is_dir():
+                return parent / name
+    raise FileNotFoundError(
+        f"{data}: no folder for task {task} (looked for {', '.join(names)} in it, full_eval/ and fast_eval/)"
+    )
+
+
+def read_task(task: str, folder: Path) -> list[Item]:
+    """The items of `task` in `folder`, in file and line order; bad records raise ValueError naming file:line."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+    files = task_files(folder)
+    if not files:
+        raise FileNotFoundError(f"{folder}: no .jsonl or .jsonl.gz files for task {task}")
+    items = []
+    for path in files:
+        with _open(path) as handle:
+            for number, line in enumerate(handle, 1):
+                where = f"{path}:{number}"
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise ValueError(f"{where}: not JSON ({error.msg})") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{where}: a record must be a JSON object")
+                items.append(TASKS[task].read(record, path, where))
+    return items
+
+
+# ------------------------------------------------------------------------------------------------------ scoring
+def score_items(
+    model,
+    tokenizer,
+    items: list[Item],
+    causal: bool,
+    pll: str = "original",
+    temperature: float = 1.0,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = True,
+) -> list[list[float]]:
+    """The score (nats) of every candidate of every item: the (pseudo-)log-likelihood of its completion."""
+    sentences = [sentence for item in items for sentence in item.sentences]
+    starts = [len(s) - len(c) for item in items for s, c in zip(item.sentences, item.completions)]
+    if causal:
+        flat = causal_log_likelihoods(model, tokenizer, sentences, batch_tokens, progress, starts, temperature)
+    else:
+        flat = pseudo_log_likelihoods(model, tokenizer, sentences, batch_tokens, progress, starts, pll, temperature)
+    scores, position = [], 0
+    for item in items:
+        scores.append(flat[position : position + len(item.sentences)])
+        position += len(item.sentences)
+    return scores
+
+
+def chosen(scores: list[float]) -> int:
+    """The predicted candidate: the first with the highest score (a tie goes to candidate 0, the right one)."""
+    return max(range(len(scores)), key=lambda i: (scores[i], -i))
+
+
+def _spearman(x: list[float], y: list[float]) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y)[0])
+
+
+def evaluate(task: str, items: list[Item], scores: list[list[float]]) -> dict:
+    """The task's metric from the candidates' scores: {"metric", "average", "by": {key: {value: score}}}, with
+    accuracies in percent (the official report's unit) and the wug tests' Spearman's rho as it is."""
+    spec = TASKS[task]
+    if spec.metric == "spearman":
+        model_ratios = []
+        for item_scores in scores:
+            top = max(item_scores)
+            weights = [math.exp(score - top) for score in item_scores]
+            model_ratios.append(weights[0] / sum(weights))
+        rho = _spearman(model_ratios, [item.ratio for item in items])
+        return {"metric": "spearman", "average": rho, "by": {"UID": {items[0].uid: rho}}}
+    total, correct = defaultdict(Counter), defaultdict(Counter)
+    for item, item_scores in zip(items, scores):
+        right = chosen(item_scores) == 0
+        for key, value in {"UID": item.uid, **item.metadata}.items():
+            total[key][value] += 1
+            correct[key][value] += right
+    by = {
+        key: {value: 100.0 * correct[key][value] / count for value, count in counts.items()}
+        for key, counts in total.items()
+    }
+    uids = by["UID"]
+    if spec.metric == "entity_tracking":
+        splits = {}
+        for split in ENTITY_TRACKING_FILES:
+            values = [accuracy for uid, accuracy in uids.items() if uid.startswith(split + "_")]
+            if values:
+                splits[split] = sum(values) / len(values)
+        by["file"] = splits
+        average = sum(splits.values()) / len(splits)
+    else:
+        average = sum(uids.values()) / len(uids)
+    return {"metric": "accuracy", "average": average, "by": by}
+
+
+def predictions(task: str, items: list[Item], scores: list[list[float]]) -> dict:
+    """The official pipeline's predictions.json: {UID: {"predictions": [{"id": "<UID>_<k>", "pred": ...}]}}, the chosen
+    candidate's completion (COMPS: its sentence, the completions being equal), and for the wug tests "prob", the
+    softmax of candidate 0."""
+    out = defaultdict(list)
+    for item, item_scores in zip(items, scores):
+        pick = chosen(item_scores)
+        pred = item.sentences[pick] if task == "comps" else item.completions[pick]
+        entry = {"id": f"{item.uid}_{len(out[item.uid])}", "pred": pred}
+        if TASKS[task].metric == "spearman":
+            top = max(item_scores)
+            weights = [math.exp(score - top) for score in item_scores]
+            entry["prob"] = weights[0] / sum(weights)
+        out[item.uid].append(entry)
+    return {uid: {"predictions": entries} for uid, entries in out.items()}
+
+
+# ------------------------------------------------------------------------------------------------------- running
+SUMMARY_COLUMNS = {  # the BabyLM 2025 report's zero-shot columns, by task
+    "blimp": "BLiMP",
+    "supplement": "BLiMP Supplement",
+    "ewok": "EWoK",
+    "entity_tracking": "Entity Tracking",
+    "wug_adj": "Wug Adj. (rho)",
+    "wug_past": "Wug Past (rho)",
+    "comps": "COMPS",
+}
+
+
+def model_folders(model: str | Path, all_checkpoints: bool) -> dict[str, str]:
+    """{revision name: model folder or Hub name}: MODEL alone ("main"), or with `all_checkpoints` every model of a
+    pretraining run folder: its `checkpoint-N` folders by step, its words-seen ones (`words-1M`, ...) and its final
+    model ("main") when it holds one."""
+    from .. import runs
+
+    if not all_checkpoints:
+        return {"main": str(model)}
+    folder = Path(model)
+    if not folder.is_dir():
+        raise NotADirectoryError(f"{model}: --all-checkpoints needs a pretraining run folder")
+    found = {path.name: str(path) for path in runs.checkpoints(folder)}
+    words = sorted(folder.glob(runs.WORDS_CHECKPOINT + "*"), key=lambda p: _words_seen(p).get("words", 0))
+    found.update({path.name: str(path) for path in words if path.is_dir()})
+    if (folder / "config.json").is_file():
+        found["main"] = str(folder)
+    if not found:
+        raise FileNotFoundError(f"{folder}: no checkpoint-*, words-* or final model to evaluate")
+    return found
+
+
+def _words_seen(folder: Path) -> dict:
+    from .. import runs
+
+    path = folder / runs.WORDS_SEEN
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _step(folder: Path) -> int | None:
+    """The training step a model folder holds: a checkpoint's, a words-seen checkpoint's, a final model's."""
+    state = folder / "trainer_state.json"
+    if state.is_file():
+        return json.loads(state.read_text(encoding="utf-8")).get("global_step")
+    if "step" in _words_seen(folder):
+        return _words_seen(folder)["step"]
+    metrics = folder / "metrics.json"
+    if metrics.is_file():
+        history = json.loads(metrics.read_text(encoding="utf-8")).get("log_history", [])
+        steps = [entry["step"] for entry in history if "step" in entry]
+        return max(steps) if steps else None
+    return None
+
+
+def _write_json(path: Path, value) -> None:
+    """Writes `value` whole or not at all (a kill mid-write leaves the old file or none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
+
+
+def _data_key(folder: Path) -> list:
+    return [[path.name, path.stat().st_size] for path in task_files(folder)]
+
+
+def evaluate_babylm(
+    model: str | Path,
+    data: str | Path,
+    out_dir: str | Path,
+    tasks: list[str] | None = None,
+    *,
+    pll: str = "original",
+    temperature: float = 1.0,
+    all_checkpoints: bool = False,
+    task_dirs: dict[str, str | Path] | None = None,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    device: str | None = None,
+    progress: bool = True,
+) -> dict:
+    """Scores MODEL (a folder or Hub name; with `all_checkpoints`, every model of a pretraining run) on `tasks` (all
+    of TASKS by default) read from `data` (the official `evaluation_data` layout, or a folder holding the task
+    folders; `task_dirs` names a task's folder directly). Every task's files are read and checked before a model
+    loads. Writes into `out_dir`: results/<revision>/<task>.json (kept: a rerun or a resumed run skips what is
+    done with the same model weights, data, pll and temperature), the official pipeline's layout
+    (<model>/<revision>/zero_shot/<backend>/<task>/<dataset>/predictions.json and best_temperature_report.txt),
+    summary.md / summary.json (a row per revision, a column per task) and, for several revisions, curves/<task>.png.
+    Returns the summary."""
+    import torch
+
+    from .. import runs
+    from ..scoring import load_model
+
+    data, out_dir = Path(data), Path(out_dir)
+    tasks = list(tasks or TASKS)
+    for task in tasks:
+        if task not in TASKS:
+            raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
+    items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
+    revisions = model_folders(model, all_checkpoints)
+    model_name = Path(str(model)).name
+    rows = {}
+    for revision, source in revisions.items():
+        is_folder = Path(source).is_dir()
+        weights = runs.fingerprint(source) if is_folder else source
+        loaded = None
+        rows[revision] = {"step": _step(Path(source)) if is_folder else None, **_words_seen(Path(source))}
+        for task in tasks:
+            result_file = out_dir / "results" / revision / f"{task}.json"
+            key = {"model": weights, "data": _data_key(folders[task]), "pll": pll, "temperature": temperature}
+            if result_file.is_file():
+                kept = json.loads(result_file.read_text(encoding="utf-8"))
+                if kept.get("key") == key:
+                    rows[revision][task] = kept["average"]
+                    continue
+                logger.info("%s: made with other settings or weights: scored again", result_file)
+            if loaded is None:
+                loaded = load_model(source, lm_head=True)
+                loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            model_object, tokenizer, kind = loaded
+            causal = kind == "causal"
+            if not causal and tokenizer.mask_token_id is None:
+                raise ValueError(f"{source}: a masked LM needs a tokenizer with a mask token")
+            logger.info("%s %s: %d items", revision, task, len(items[task]))
+            scores = score_items(model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress)
+            result = evaluate(task, items[task], scores)
+            backend = "causal" if causal else "mlm"
+            official = (
+                out_dir / model_name / revision / "zero_shot" / backend / TASKS[task].official / folders[task].name
+            )
+            _write_json(official / "predictions.json", predictions(task, items[task], scores))
+            (official / "best_temperature_report.txt").write_text(_report(task, result, temperature), encoding="utf-8")
+            result.update(task=task, revision=revision, items=len(items[task]), backend=backend, key=key)
+            _write_json(result_file, result)
+            rows[revision][task] = result["average"]
+    summary = {"model": str(model), "pll": pll, "temperature": temperature, "tasks": tasks, "rows": rows}
+    _write_json(out_dir / "summary.json", summary)
+    (out_dir / "summary.md").write_text(summary_table(summary), encoding="utf-8")
+    if len(rows) > 1:
+        _curves(summary, out_dir / "curves")
+    return summary
+
+
+def _report(task: str, result: dict, temperature: float) -> str:
+    """The official pipeline's best_temperature_report.txt for one task."""
+    metric = "SPEARMAN'S RHO" if result["metric"] == "spearman" else "ACCURACY"
+    lines = [f"TEMPERATURE: {temperature:.2f}", ""]
+    for domain, values in result["by"].items():
+        lines.append(f"### {domain.upper()} {metric}")
+        lines += [f"{name}: {value:.2f}" for name, value in values.items()]
+        lines.append("")
+    lines += [f"### AVERAGE {metric}", f"{result['average']:.2f}", ""]
+    return "\n".join(lines)
+
+
+def summary_table(summary: dict) -> str:
+    """A markdown row per revision (with its step and words seen where known), a column per task (accuracies in
+    percent, the wug tests' Spearman's rho)."""
+    tasks = summary["tasks"]
+    header = "| model | step | words | " + " | ".join(SUMMARY_COLUMNS[task] for task in tasks) + " |"
+    lines = [header, "|---" * (len(tasks) + 3) + "|"]
+    for revision, row in summary["rows"].items():
+        cells = []
+        for task in tasks:
+            value = row.get(task)
+            cells.append(
+                "" if value is None else (f"{value:.3f}" if TASKS[task].metric == "spearman" else f"{value:.1f}")
+            )
+        step = "" if row.get("step") is None else str(row["step"])
+        words = "" if row.get("words") is None else f"{row['words']:,}"
+        lines.append(f"| {revision} | {step} | {words} | " + " | ".join(cells) + " |")
+    pll = f"pll {summary['pll']}" if summary.get("pll") else ""
+    return (
+        f"Zero-shot BabyLM 2025 tasks of {summary['model']} ({pll}, temperature {summary['temperature']:g})\n\n"
+        + "\n".join(lines)
+        + "\n"
+    )
+
+
+def _curves(summary: dict, folder: Path) -> None:
+    """One PNG per task: its score against the training step of each revision that has one."""
+    from ..plots import plot_curves
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for task in summary["tasks"]:
+        points = sorted(
+            (row["step"], row[task]) for row in summary["rows"].values() if row.get("step") is not None and task in row
+        )
+        if points:
+            unit = "Spearman's rho" if TASKS[task].metric == "spearman" else "accuracy (%)"
+            plot_curves(
+                folder / f"{task}.png",
+                {task: ([p[0] for p in points], [p[1] for p in points])},
+                "training step",
+                unit,
+                SUMMARY_COLUMNS[task],
+            )
+
+
+__all__ = [
+    "TASKS",
+    "Item",
+    "Task",
+    "chosen",
+    "evaluate",
+    "find_task_folder",
+    "predictions",
+    "read_task",
+    "resolve_data",
+    "score_items",
+    "evaluate_babylm",
+    "model_folders",
+    "summary_table",
+]

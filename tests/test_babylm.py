@@ -1,0 +1,361 @@
+"""The BabyLM 2025 zero-shot evaluation (issue 33) against naive scorers written here from the task definitions.
+
+Items are made up here (EWoK's text must never be committed); the staged data in ../shared/data is only read.
+"""
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, randomise_elc_logits
+from transformers import GPT2Config, GPT2LMHeadModel
+
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert.evaluation import babylm
+from elc_bert.evaluation.babylm import chosen, evaluate, evaluate_babylm, read_task, score_items
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
+SHARED = REPO.parent / "shared" / "data"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines()[:600], 400, 2)
+
+
+@pytest.fixture(scope="module")
+def mlm(tokenizer):
+    torch.manual_seed(0)
+    model = ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)}))
+    randomise_elc_logits(model)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def gpt(tokenizer):
+    torch.manual_seed(1)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2, n_head=4)
+    return GPT2LMHeadModel(config).eval()
+
+
+# ----------------------------------------------------------------------------- naive scorers, from the definitions
+@torch.no_grad()
+def naive_pll(model, tokenizer, sentence: str, completion: str, within_word=False, temperature=1.0) -> float:
+    """Mask each token of the completion in turn (a token belongs to it when its character span ends after the
+    completion starts), one forward pass per token, sum log p(token) in float64; within_word also masks the later
+    tokens of the token's word."""
+    encoding = tokenizer(sentence, return_offsets_mapping=True, return_special_tokens_mask=True)
+    ids, start = encoding["input_ids"], len(sentence) - len(completion)
+    words = encoding.word_ids()
+    total = 0.0
+    for t, ((_, end), special) in enumerate(zip(encoding["offset_mapping"], encoding["special_tokens_mask"])):
+        if special or end <= start:
+            continue
+        masked = list(ids)
+        masked[t] = tokenizer.mask_token_id
+        if within_word:
+            for u in range(t + 1, len(ids)):
+                if words[u] is not None and words[u] == words[t]:
+                    masked[u] = tokenizer.mask_token_id
+        logits = model(torch.tensor([masked])).logits[0, t].double() / temperature
+        total += torch.log_softmax(logits, -1)[ids[t]].item()
+    return total
+
+
+@torch.no_grad()
+def naive_causal(model, tokenizer, sentence: str, completion: str) -> float:
+    """sum over the completion's tokens (after the first token) of log p(token | the tokens before it)."""
+    encoding = tokenizer(sentence, add_special_tokens=False, return_offsets_mapping=True)
+    ids, start = encoding["input_ids"], len(sentence) - len(completion)
+    logits = model(torch.tensor([ids])).logits[0].double()
+    total = 0.0
+    for t in range(1, len(ids)):
+        if encoding["offset_mapping"][t][1] > start:
+            total += torch.log_softmax(logits[t - 1], -1)[ids[t]].item()
+    return total
+
+
+def naive_spearman(x, y) -> float:
+    def ranks(values):
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        result = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                result[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return result
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+
+
+# ------------------------------------------------------------------------------------------ made-up task files
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return path
+
+
+def made_up_data(root: Path) -> Path:
+    """An evaluation_data-like folder with a few items of every task, written here."""
+    full = root / "full_eval"
+    pair = {"field": "syntax", "linguistics_term": "agreement", "UID": "toy_agreement"}
+    write_jsonl(
+        full / "blimp_filtered" / "toy_agreement.jsonl",
+        [
+            {"sentence_good": "The cat is here.", "sentence_bad": "The cat are here.", **pair},
+            {"sentence_good": "The dogs were there.", "sentence_bad": "The dogs was there.", **pair},
+            {"sentence_good": "Same words here.", "sentence_bad": "Same words here.", **pair},  # a tie: right
+        ],
+    )
+    write_jsonl(
+        full / "blimp_filtered" / "toy_island.jsonl",
+        [
+            {
+                "sentence_good": "Who did you see?",
+                "sentence_bad": "Who did you see him?",
+                **{**pair, "UID": "toy_island"},
+            }
+        ],
+    )
+    write_jsonl(
+        full / "supplement_filtered" / "toy_turns.jsonl",
+        [{"sentence_good": "A: Hi. B: Hello.", "sentence_bad": "A: Hi. A: Hello."}],
+    )
+    ewok = {"ConceptA": "a", "ConceptB": "b", "ContextType": "t", "ContextDiff": "d", "TargetDiff": "e"}
+    write_jsonl(
+        full / "ewok_filtered" / "made-up.jsonl",
+        [
+            {"Domain": "toy-physics", "Context1": "The box is on the table.", "Context2": "The box is under it.",
+             "Target1": "The box is up.", "Target2": "The box is down.", **ewok},
+            {"Domain": "toy-social", "Context1": "She helped him.", "Context2": "She hit him.",
+             "Target1": "He thanked her.", "Target2": "He thanked nobody.", **ewok},
+        ],
+    )  # fmt: skip
+    for name, ops in (("regular", 0), ("regular", 1), ("ambiref", 0), ("move_contents", 2)):
+        path = full / "entity_tracking" / f"{name}.jsonl"
+        records = json.loads("[" + ",".join(path.read_text().splitlines()) + "]") if path.exists() else []
+        records.append(
+            {"sample_id": 1, "numops": ops, "input_prefix": "Box 0 contains the map. Box 0 contains ",
+             "options": ["the map.", "the hat.", "nothing."], "example_id": len(records)}
+        )  # fmt: skip
+        write_jsonl(path, records)
+    write_jsonl(
+        full / "wug_adj_nominalization" / "wug_adj_nominalization.jsonl",
+        [
+            {"sentences": f"Make a noun of {w}. {w}ity\tMake a noun of {w}. {w}ness", "ratio": r}
+            for w, r in (("blick", 0.2), ("tave", 0.9), ("gorp", 0.5), ("snad", 0.7))
+        ],
+    )
+    write_jsonl(
+        full / "wug_past_tense" / "wug_past_tense.jsonl",
+        [
+            {
+                "sentences": f"They {w} a lot. They {w}ed\tThey {w} a lot. They {w}t\tThey {w} a lot. They {w}o",
+                "ratio": r,
+            }
+            for w, r in (("blick", 0.6), ("tave", 0.8), ("gorp", 0.55))
+        ],
+    )
+    write_jsonl(
+        full / "comps" / "comps_base.jsonl",
+        [
+            {"prefix_acceptable": "A robin", "prefix_unacceptable": "A stone", "property_phrase": "can fly."},
+            {"prefix_acceptable": "A dog", "prefix_unacceptable": "A table", "property_phrase": "can bark."},
+        ],
+    )
+    return root
+
+
+def naive_task_scores(model, tokenizer, items, causal=False, within_word=False):
+    scorer = naive_causal if causal else naive_pll
+    options = {} if causal else {"within_word": within_word}
+    return [[scorer(model, tokenizer, s, c, **options) for s, c in zip(i.sentences, i.completions)] for i in items]
+
+
+@pytest.mark.parametrize("task", list(babylm.TASKS))
+def test_every_task_equals_naive_scores_and_metric(task, tokenizer, mlm, tmp_path):
+    data = made_up_data(tmp_path)
+    items = read_task(task, babylm.find_task_folder(task, data))
+    scores = score_items(mlm, tokenizer, items, causal=False, progress=False)
+    naive = naive_task_scores(mlm, tokenizer, items)
+    for ours, theirs in zip(scores, naive):
+        assert max(abs(a - b) for a, b in zip(ours, theirs)) <= 1e-4
+    result = evaluate(task, items, scores)
+    if task in ("wug_adj", "wug_past"):
+        probs = [math.exp(s[0]) / sum(math.exp(v) for v in s) for s in naive]
+        assert result["average"] == pytest.approx(naive_spearman(probs, [item.ratio for item in items]), abs=1e-9)
+        return
+    # accuracy per UID, candidate 0 right when no candidate scores strictly higher, averaged over UIDs
+    per_uid = {}
+    for item, s in zip(items, naive):
+        per_uid.setdefault(item.uid, []).append(all(s[0] >= v for v in s[1:]))
+    accuracy = {uid: 100.0 * sum(v) / len(v) for uid, v in per_uid.items()}
+    assert result["by"]["UID"] == pytest.approx(accuracy)
+    if task == "entity_tracking":
+        files = {}
+        for uid, value in accuracy.items():
+            files.setdefault(uid.rsplit("_", 2)[0], []).append(value)
+        expected = sum(sum(v) / len(v) for v in files.values()) / len(files)
+        assert set(result["by"]["file"]) == {"regular", "ambiref", "move_contents"}
+    else:
+        expected = sum(accuracy.values()) / len(accuracy)
+    assert result["average"] == pytest.approx(expected)
+
+
+def test_ties_count_as_right_and_completions_only_are_scored(tokenizer, mlm, tmp_path):
+    data = made_up_data(tmp_path)
+    items = read_task("blimp", babylm.find_task_folder("blimp", data))
+    tie = next(item for item in items if item.sentences[0] == item.sentences[1])
+    (scores,) = score_items(mlm, tokenizer, [tie], causal=False, progress=False)
+    assert scores[0] == scores[1] and chosen(scores) == 0
+    assert chosen([1.0, 2.0, 2.0]) == 1 and chosen([2.0, 2.0]) == 0
+    # EWoK: the context's tokens are not scored: the same target after another context scores differently, but the
+    # score equals the naive completion-only one, not the whole sentence's
+    ewok = read_task("ewok", babylm.find_task_folder("ewok", data))[0]
+    (scores,) = score_items(mlm, tokenizer, [ewok], causal=False, progress=False)
+    whole = naive_pll(mlm, tokenizer, ewok.sentences[0], ewok.sentences[0])
+    assert scores[0] == pytest.approx(naive_pll(mlm, tokenizer, ewok.sentences[0], ewok.completions[0]), abs=1e-4)
+    assert abs(scores[0] - whole) > 1e-3
+
+
+def test_causal_backend_equals_naive(tokenizer, gpt, tmp_path):
+    data = made_up_data(tmp_path)
+    for task in ("blimp", "ewok", "entity_tracking"):
+        items = read_task(task, babylm.find_task_folder(task, data))
+        scores = score_items(gpt, tokenizer, items, causal=True, progress=False)
+        for ours, theirs in zip(scores, naive_task_scores(gpt, tokenizer, items, causal=True)):
+            assert max(abs(a - b) for a, b in zip(ours, theirs)) <= 1e-4
+
+
+def test_within_word_l2r_equals_naive_on_words_of_1_2_3_tokens(tokenizer, mlm):
+    by_size = {}
+    for word in SAMPLE.read_text(encoding="utf-8").split():
+        if word.isalpha():
+            by_size.setdefault(len(tokenizer(word, add_special_tokens=False)["input_ids"]), word)
+    sentence = f"{by_size[1]} {by_size[2]} {by_size[3]} {by_size[1]}."
+    encoding = tokenizer(sentence)
+    words = [w for w in encoding.word_ids() if w is not None]
+    assert {1, 2, 3} <= {words.count(w) for w in set(words)}  # words of 1, 2 and 3 sub-tokens
+    item = babylm.Item([sentence], [sentence], "x", "made-up")
+    (scores,) = score_items(mlm, tokenizer, [item], causal=False, pll="within_word_l2r", progress=False)
+    assert scores[0] == pytest.approx(naive_pll(mlm, tokenizer, sentence, sentence, within_word=True), abs=1e-4)
+    original = naive_pll(mlm, tokenizer, sentence, sentence)
+    assert abs(scores[0] - original) > 1e-3  # the variants differ on multi-token words
+    (hot,) = score_items(mlm, tokenizer, [item], causal=False, temperature=2.0, progress=False)
+    assert hot[0] == pytest.approx(naive_pll(mlm, tokenizer, sentence, sentence, temperature=2.0), abs=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------ runs and files
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    """A tiny pretraining run keeping checkpoint-2, checkpoint-4 and its final model."""
+    from elc_bert.training.pretrain import PretrainConfig, pretrain
+
+    root = tmp_path_factory.mktemp("babylm-run")
+    config = PretrainConfig(
+        output_dir=str(root / "run"),
+        data_dir=str(SAMPLE.parent),
+        train_files=[SAMPLE.name],
+        preset="tiny",
+        vocab_size=300,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=4,
+        batch_size=8,
+        training={"save_steps": 2, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
+    )
+    pretrain(config)
+    return root / "run"
+
+
+def test_all_checkpoints_run_writes_official_layout_and_resumes_after_a_kill(run_dir, tmp_path, monkeypatch):
+    data = made_up_data(tmp_path / "data")
+    tasks = ["blimp", "entity_tracking", "wug_adj"]
+    whole = evaluate_babylm(run_dir, data, tmp_path / "whole", tasks, all_checkpoints=True, progress=False)
+    assert list(whole["rows"]) == ["checkpoint-2", "checkpoint-4", "main"]
+    assert [whole["rows"][r]["step"] for r in whole["rows"]] == [2, 4, 4]
+    predictions = tmp_path / "whole" / "run" / "checkpoint-2" / "zero_shot" / "mlm" / "blimp" / "blimp_filtered"
+    written = json.loads((predictions / "predictions.json").read_text())
+    assert [p["id"] for p in written["toy_agreement"]["predictions"]] == [f"toy_agreement_{k}" for k in range(3)]
+    assert "### AVERAGE ACCURACY" in (predictions / "best_temperature_report.txt").read_text()
+    assert (tmp_path / "whole" / "curves" / "blimp.png").is_file()
+
+    calls = []
+    real = babylm.score_items
+
+    def killed_after_four(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # killed while scoring the fifth task
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(babylm, "score_items", killed_after_four)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_babylm(run_dir, data, tmp_path / "killed", tasks, all_checkpoints=True, progress=False)
+    calls.clear()
+    monkeypatch.setattr(babylm, "score_items", lambda *a, **k: calls.append(1) or real(*a, **k))
+    resumed = evaluate_babylm(run_dir, data, tmp_path / "killed", tasks, all_checkpoints=True, progress=False)
+    assert len(calls) == 9 - 4  # the four finished tasks were kept
+    assert resumed["rows"] == whole["rows"]
+    assert (tmp_path / "killed" / "summary.md").read_text() == (tmp_path / "whole" / "summary.md").read_text()
+    # other settings are scored again, not read back
+    calls.clear()
+    evaluate_babylm(run_dir, data, tmp_path / "killed", ["blimp"], pll="within_word_l2r", progress=False)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "task, record, message",
+    [
+        ("blimp", {"sentence_good": "A b.", "field": "x", "linguistics_term": "y", "UID": "z"}, "'sentence_bad' is"),
+        ("entity_tracking", {"input_prefix": "Box 0 has ", "options": ["a.", " "], "numops": 0}, "'options' item 1"),
+        ("wug_adj", {"sentences": "a\tb", "ratio": 1.5}, "'ratio' must be a number in [0, 1]"),
+        ("comps", {"prefix_acceptable": "A", "prefix_unacceptable": "", "property_phrase": "x."}, "'prefix_unaccep"),
+    ],
+)
+def test_bad_task_files_name_file_line_and_field_before_the_model_loads(task, record, message, tmp_path, monkeypatch):
+    folder = tmp_path / "data" / babylm.TASKS[task].folders[0]
+    good = made_up_data(tmp_path / "good") / "full_eval" / babylm.TASKS[task].folders[0]
+    lines = (babylm.task_files(good)[0]).read_text().splitlines()[:1]
+    folder.mkdir(parents=True)
+    (folder / "bad.jsonl").write_text(lines[0] + "\n" + json.dumps(record) + "\n")
+    monkeypatch.setattr("elc_bert.scoring.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(ValueError) as error:
+        evaluate_babylm("no-model-here", tmp_path / "data", tmp_path / "out", [task], progress=False)
+    assert f"bad.jsonl:2: field {message}" in str(error.value)
+    with pytest.raises(ValueError, match="unknown task 'glue'"):
+        evaluate_babylm("no-model-here", tmp_path / "data", tmp_path / "out", ["glue"], progress=False)
+
+
+@needs_shared
+def test_the_staged_2025_data_reads_as_the_pipeline_reads_it():
+    full = SHARED / "babylm_eval_2025" / "full_eval"
+    counts = {
+        task: len(read_task(task, babylm.find_task_folder(task, full)))
+        for task in babylm.TASKS
+        if task not in ("blimp", "comps")
+    }
+    assert counts == {"supplement": 5218, "ewok": 7618, "entity_tracking": 9483, "wug_adj": 200, "wug_past": 50}
+    blimp = read_task("blimp", SHARED / "babylm_eval_2024" / "blimp_filtered")
+    assert len({item.uid for item in blimp}) == 67
+    entity = read_task("entity_tracking", full / "entity_tracking")
+    assert {item.uid.rsplit("_", 2)[0] for item in entity} == {"regular", "ambiref", "move_contents"}
+    assert all(len(item.sentences) == 5 for item in entity)
+    with gzip.open(full / "wug_past_tense" / "wug_past_tense.jsonl.gz", "rt") as handle:
+        assert (
+            json.loads(handle.readline())["sentences"].split("\t")[0]
+            == read_task("wug_past", full / "wug_past_tense")[0].sentences[0]
+        )
