@@ -359,3 +359,20 @@ def test_the_staged_2025_data_reads_as_the_pipeline_reads_it():
             json.loads(handle.readline())["sentences"].split("\t")[0]
             == read_task("wug_past", full / "wug_past_tense")[0].sentences[0]
         )
+
+
+def test_the_command(run_dir, tmp_path, capsys):
+    from elc_bert.cli import main
+
+    data = made_up_data(tmp_path / "data")
+    out = tmp_path / "out"
+    main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "blimp", "wug_past", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert "| main |" in printed and "BLiMP" in printed and "Wug Past (rho)" in printed and str(out) in printed
+    assert json.loads((out / "summary.json").read_text())["rows"]["main"]["blimp"] >= 0
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "glue", "--out", str(out)])
+    assert exit_.value.code == 2 and "unknown task 'glue'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval-babylm", str(run_dir), "--data", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert exit_.value.code == 2 and "nowhere" in capsys.readouterr().err

@@ -1,0 +1,785 @@
+"""ELC-BERT (Every Layer Counts BERT) and its LTG-BERT backbone.
+
+Written from the equations of the ELC-BERT paper, arXiv 2311.02265, and LTG-BERT's, arXiv 2303.09859. Tensors are
+batch-first: B x T x D. The relative-position terms enter `scaled_dot_product_attention` as an additive bias built from
+one bucket table shared by all layers.
+"""
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    MultipleChoiceModelOutput,
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
+
+from .configuration_elc_bert import ElcBertConfig
+from .transformers_compat import (
+    ALL_ATTENTION_FUNCTIONS,
+    GradientCheckpointingLayer,
+    PreTrainedModel,
+    can_return_tuple,
+    create_bidirectional_mask,
+    init,
+    resolve_hidden_states_indices,
+    selected_hidden_states,
+)
+
+
+def relative_position_buckets(length: int, bucket_size: int, max_position: int, device=None) -> torch.Tensor:
+    """T x T table of bucket indices delta(i, j) in [0, 2P-2] for query i and key j.
+
+    Exact up to |i - j| = P/2, logarithmic up to M - 1; longer distances are clamped at M - 1.
+    """
+    position = torch.arange(length, device=device)
+    relative = position[:, None] - position[None, :]
+    mid = bucket_size // 2
+    distance = relative.abs().clamp(max=max_position - 1)
+    log_ratio = torch.log(distance.float() / mid) / torch.log(torch.tensor((max_position - 1) / mid, device=device))
+    log_bucket = mid + torch.ceil(log_ratio * (mid - 1)).long()
+    bucket = torch.where(distance <= mid, relative, torch.sign(relative) * log_bucket)
+    return bucket + bucket_size - 1
+
+
+class ElcBertEmbeddings(nn.Module):
+    """Word embeddings (LN without affine, no positions) and the normalised relative-position table."""
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.relative_embedding = nn.Parameter(torch.empty(2 * config.position_bucket_size - 1, config.hidden_size))
+        self.relative_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps)
+
+    def forward(self, input_ids=None, inputs_embeds=None):
+        """Returns y_0 (B x T x D)."""
+        if inputs_embeds is None:
+            inputs_embeds = self.word_embeddings(input_ids)
+        return self.dropout(self.word_layer_norm(inputs_embeds))
+
+    def relative_table(self) -> torch.Tensor:
+        """The normalised relative-position table R~ ((2P-1) x D) that every block reads."""
+        return self.relative_layer_norm(self.relative_embedding)
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    position_bias: torch.Tensor | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T * scaling + position_bias + mask) v with an explicit softmax (the `"eager"` implementation).
+
+    query, key, value: B x H x T x d; position_bias: B x H x T x T; attention_mask: B x 1 x T x T (or broadcastable),
+    boolean (True = attend) or additive. Returns the context (B x T x H x d) and the attention probabilities
+    (B x H x T x T), the very tensor the context is computed from.
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if position_bias is not None:
+        scores = scores + position_bias
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    context = torch.matmul(F.dropout(weights, p=dropout, training=module.training), value)
+    return context.transpose(1, 2).contiguous(), weights
+
+
+class ElcBertAttention(nn.Module):
+    """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms.
+
+    The two positional terms form a B x H x T x T bias added to the scores; the attention itself runs through the
+    implementation named by `config._attn_implementation`: `"eager"` (explicit softmax, returns the probabilities) or
+    `"sdpa"` (`torch.nn.functional.scaled_dot_product_attention` with the bias as its float mask).
+    """
+
+    is_causal = False
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.scaling = 1.0 / math.sqrt(3 * self.head_dim)
+        self.interleaved = config.positional_split == "interleaved"
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.in_proj_qk = nn.Linear(config.hidden_size, 2 * config.hidden_size)
+        self.in_proj_v = nn.Linear(config.hidden_size, config.hidden_size)
+        self.out_proj = nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
+
+    def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
+        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: T x T; attention_mask: the
+        B x 1 x T x T (or B x 1 x 1 x T) mask of `create_bidirectional_mask`, or None.
+
+        Returns the sublayer output (B x T x D) and the attention probabilities (B x H x T x T; None from "sdpa").
+        """
+        batch, length, width = hidden_states.shape
+        heads, head_dim = self.num_heads, self.head_dim
+        h = self.pre_layer_norm(hidden_states)
+        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)  # B x H x T x d
+
+        # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the scaling is
+        # applied to this small table rather than to the B x H x T x T bias.
+        position = self.in_proj_qk(self.dropout(relative_embedding)) * self.scaling
+        if self.interleaved:
+            position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
+        else:
+            position = position.view(-1, 2, heads, head_dim).permute(1, 2, 0, 3)
+        query_position, key_position = position.unbind(0)  # each H x (2P-1) x d
+
+        content_to_position = torch.matmul(query, key_position.transpose(-1, -2))  # B x H x T x (2P-1)
+        position_to_content = torch.matmul(key, query_position.transpose(-1, -2))  # B x H x T x (2P-1)
+        index = position_buckets.expand(batch, heads, length, length)
+        bias = content_to_position.gather(-1, index)  # [i, j] <- row i at delta(i, j)
+        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # row j, delta(i, j)
+
+        attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        context, probabilities = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            position_bias=bias.to(query.dtype),
+            **kwargs,
+        )
+        context = context.reshape(batch, length, width)
+        return self.dropout(self.post_layer_norm(self.out_proj(context))), probabilities
+
+
+class ElcBertFeedForward(nn.Module):
+    """GeGLU feed-forward with an inner LayerNorm and no biases."""
+
+    def __init__(self, config: ElcBertConfig, layer_idx: int):
+        super().__init__()
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
+        self.inner_layer_norm = nn.LayerNorm(config.intermediate_size, config.layer_norm_eps, elementwise_affine=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        # Deeper layers start with smaller feed-forward weights (applied in `_init_weights`).
+        self.up_proj.init_scale = self.down_proj.init_scale = math.sqrt(1.0 / (2.0 * (layer_idx + 1)))
+
+    def forward(self, hidden_states):
+        value, gate = self.up_proj(self.pre_layer_norm(hidden_states)).chunk(2, dim=-1)
+        return self.dropout(self.down_proj(self.inner_layer_norm(value * F.gelu(gate, approximate="tanh"))))
+
+
+class ElcBertLayer(GradientCheckpointingLayer):
+    """One block. With `layer_combination="elc"` it returns the update y_n; with `"residual"` the new stream."""
+
+    def __init__(self, config: ElcBertConfig, layer_idx: int):
+        super().__init__()
+        self.residual = config.layer_combination == "residual"
+        self.variant = config.elc_variant
+        self.attention = ElcBertAttention(config)
+        self.mlp = ElcBertFeedForward(config, layer_idx)
+        if not self.residual:
+            # theta^(n) of block n = layer_idx + 1: one logit per earlier state y_0..y_{n-1}.
+            self.prev_layer_weights = nn.Parameter(torch.zeros(layer_idx + 1))
+            if self.variant == "normalized":
+                self.output_layer_norm = nn.LayerNorm(
+                    config.hidden_size, config.layer_norm_eps, elementwise_affine=False
+                )
+
+    def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
+        """hidden_states: B x T x D, the block's input (ELC: its mixture of the earlier states). Returns the block's
+        output (B x T x D) and its attention probabilities (B x H x T x T, None from "sdpa")."""
+        attention, probabilities = self.attention(
+            hidden_states, relative_embedding, position_buckets, attention_mask, **kwargs
+        )
+        if self.residual:
+            hidden_states = hidden_states + attention
+            return hidden_states + self.mlp(hidden_states), probabilities
+        if self.variant == "base":
+            return attention + self.mlp(attention), probabilities
+        output = attention + self.mlp(hidden_states + attention)
+        if self.variant == "normalized":
+            output = self.output_layer_norm(output)
+        return output, probabilities
+
+
+class LayerStack:
+    """The states y_0, y_1, ... of one forward pass (slot n holds y_n) and the mixtures sum_i alpha_i y_i that the
+    blocks read: `write(n, y_n)` fills a slot; `mix(logits)` returns the mixture of the filled slots among the first
+    len(logits), with alpha the softmax of their logits (renormalised over the filled ones when some are empty).
+
+    Fused (the encoder's own forward, run eagerly): the slots are written in order 0, 1, 2, ... and each mixture reads
+    all of them. The states sit in one preallocated S x B x T x D buffer, so that each mixture is a single
+    matrix-vector product and its backward a single rank-one update of a gradient buffer of the same shape (plain
+    autograd would run one multiply-add per (layer, source) pair, forward and backward: L(L+1)/2 passes over
+    B x T x D each way). Plain (`fused=False`: layer plans, whose slots may be skipped or written again, and blocks
+    stacked on states computed elsewhere; always under `torch.compile` or `torch.export`): the sum as written, which
+    the compiler fuses into one kernel per mixture; the hand-written backward keeps Python state that a graph cannot
+    hold.
+    """
+
+    def __init__(self, first: torch.Tensor, size: int, fused: bool = True):
+        """first: y_0 (B x T x D); size: S, the number of slots (y_0..y_{S-1})."""
+        self.fused = fused and not torch.compiler.is_compiling()
+        if self.fused:
+            dtype = torch.promote_types(first.dtype, torch.float32)
+            self.states = first.new_empty((size, first.numel()), dtype=dtype)
+        else:
+            self.states = {}
+        self.count = 0  # fused: the slots filled so far
+        self.newest = None  # fused: the state of the last filled slot, the one each mixture's graph links to
+        self.gradients = None
+        self.last_backward = None  # the depth of the mixture whose backward ran last
+        self.write(0, first)
+
+    def write(self, slot: int, state: torch.Tensor) -> None:
+        """Fills `slot` with `state` (B x T x D); fused, in order only."""
+        if not self.fused:
+            self.states[slot] = state
+            return
+        if slot != self.count:
+            raise ValueError(f"a fused LayerStack fills its slots in order: slot {slot} after {self.count}")
+        with torch.no_grad():
+            self.states[slot].copy_(state.reshape(-1))
+        self.count, self.newest = slot + 1, state
+
+    def mix(self, logits: torch.Tensor) -> torch.Tensor:
+        """sum_i softmax(logits)_i y_i over the filled slots i < len(logits) (B x T x D)."""
+        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
+        if self.fused:
+            # Each written state is read by the one next mixture, which takes it out of the stack: held here past
+            # the forward pass, it would keep a reference cycle (stack -> state -> graph -> mixture -> stack) alive.
+            newest, self.newest = self.newest, None
+            if newest is None:
+                raise ValueError("a fused LayerStack mixes once after each write")
+            return _LayerMixture.apply(weights, newest, self, self.count)
+        filled = [slot for slot in sorted(self.states) if slot < len(logits)]
+        if len(filled) < len(logits):  # a layer plan left slots empty: the softmax over the filled ones' logits
+            weights = torch.softmax(logits[filled], dim=0, dtype=torch.float32)
+        states = [self.states[slot] for slot in filled]
+        weights = weights.to(states[0].dtype)
+        mixed = weights[0] * states[0]
+        for weight, state in zip(weights[1:], states[1:]):
+            mixed = mixed + weight * state
+        return mixed
+
+
+class _LayerMixture(torch.autograd.Function):
+    """x = sum_{i<n} w_i y_i over the first n states of a LayerStack.
+
+    The autograd graph links x only to w and to y_{n-1}, the newest state. Each backward adds w_i * grad(x) to the
+    stack's gradient row i for every i < n, and hands row n-1 on as grad(y_{n-1}): the mixture over n is the last
+    reader of y_{n-1} that the backward pass reaches, so that row is complete by then. Rows of older states are
+    handed on by the mixtures that own them as their newest state.
+    """
+
+    @staticmethod
+    def forward(ctx, weights, newest, stack, count):
+        ctx.save_for_backward(weights)
+        ctx.stack, ctx.count, ctx.shape, ctx.dtype = stack, count, newest.shape, newest.dtype
+        mixed = weights.to(stack.states.dtype) @ stack.states[:count]
+        return mixed.view(newest.shape).to(newest.dtype)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        (weights,) = ctx.saved_tensors
+        stack, count = ctx.stack, ctx.count
+        flat = grad.reshape(-1).to(stack.states.dtype)
+        grad_weights = stack.states[:count] @ flat
+        # Within one backward pass the mixtures run from the deepest down; a deeper one starts a new pass, whose
+        # first mixture writes every row it reads (so the buffer needs no zeroing).
+        if stack.last_backward is None or count >= stack.last_backward:
+            stack.gradients = torch.empty_like(stack.states)
+            rows = torch.outer(weights.to(flat.dtype), flat, out=stack.gradients[:count])
+        else:
+            rows = stack.gradients[:count].addr_(weights.to(flat.dtype), flat)
+        stack.last_backward = count
+        return grad_weights.to(weights.dtype), rows[count - 1].view(ctx.shape).to(ctx.dtype), None, None
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A layer-plan step: `layers` run on the same input and their outputs are averaged; `iterations` > 1 feeds the
+    average back (looped parallel)."""
+
+    layers: tuple[int, ...]
+    iterations: int = 1
+
+
+def check_layer_plan(plan: list, num_layers: int) -> None:
+    """Raises ValueError naming the first step of `plan` (block indices and `Parallel` groups) whose indices are not
+    ints in 0..num_layers-1."""
+    for step in plan:
+        indices = step.layers if isinstance(step, Parallel) else (step,)
+        for index in indices:
+            if not isinstance(index, int) or not 0 <= index < num_layers:
+                raise ValueError(f"layer plan step {step!r}: layer indices must be ints in 0..{num_layers - 1}")
+
+
+class ElcBertEncoder(nn.Module):
+    """The blocks, each once in order, or as the layer plan of `use_layer_plan` says (Sun et al., "Transformer Layers
+    as Painters": blocks skipped, reordered, repeated or run in parallel; arXiv 2407.09298).
+
+    ELC: block n reads its mixture of the states before it (`LayerStack`). Under a plan every state keeps its
+    identity: block j's output fills slot y_{j+1} (a block run again overwrites it) and each block reads its mixture
+    over the slots filled so far, renormalised; so a skipped block counts in no later mixture, and the plan of every
+    block in order is the plain forward. LTG-BERT: the blocks continue the residual stream in the plan's order. In a
+    `Parallel` group every block reads the states as they were before the group; the mean of the group's outputs is
+    what the stream and `hidden_states` carry on.
+    """
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.elc = config.layer_combination == "elc"
+        self.layers = nn.ModuleList(ElcBertLayer(config, i) for i in range(config.num_hidden_layers))
+        if self.elc and config.elc_variant == "weighted_output":
+            self.output_layer_weights = nn.Parameter(torch.zeros(config.num_hidden_layers + 1))
+        self.layer_plan = None  # None: every block once, in order; else the steps set by `use_layer_plan`
+
+    @contextlib.contextmanager
+    def use_layer_plan(self, plan: list):
+        """Runs the blocks as `plan` says inside the `with` block: a list of steps, each a block index or a `Parallel`
+        group. Weights and modules stay as they are; on leaving, the encoder runs as before."""
+        check_layer_plan(plan, len(self.layers))
+        previous, self.layer_plan = self.layer_plan, list(plan)
+        try:
+            yield self
+        finally:
+            self.layer_plan = previous
+
+    def forward(
+        self,
+        embeddings,
+        relative_embedding,
+        position_buckets,
+        attention_mask=None,
+        output_attentions=False,
+        output_hidden_states=False,
+    ):
+        """embeddings: y_0 (B x T x D); attention_mask: the mask of `create_bidirectional_mask` or None.
+
+        Returns the model output, the states y_0..y_L (ELC) or the stream after each block (LTG-BERT; with
+        `output_hidden_states`; under a layer plan, the output of each step), and the attention probabilities of each
+        block run (with `output_attentions`)."""
+        plan = range(len(self.layers)) if self.layer_plan is None else self.layer_plan
+        stack = LayerStack(embeddings, len(self.layers) + 1, fused=self.layer_plan is None) if self.elc else None
+        states, attentions = [embeddings], []
+        output, written = embeddings, []
+        for step in plan:
+            group, iterations = (step.layers, step.iterations) if isinstance(step, Parallel) else ((step,), 1)
+            for _ in range(iterations):
+                for slot, state in written:  # the last group's outputs fill their slots before the next mixture
+                    stack.write(slot, state)
+                outputs = []
+                for index in group:
+                    layer = self.layers[index]
+                    hidden_states = stack.mix(layer.prev_layer_weights) if self.elc else output
+                    block_output, probabilities = layer(
+                        hidden_states,
+                        relative_embedding,
+                        position_buckets,
+                        attention_mask,
+                        output_attentions=output_attentions,
+                    )
+                    outputs.append(block_output)
+                    if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
+                        attentions.append(probabilities)
+                written = [(index + 1, block_output) for index, block_output in zip(group, outputs)] if self.elc else []
+                output = outputs[0] if len(outputs) == 1 else torch.stack(outputs).mean(0)
+            if output_hidden_states:
+                states.append(output)
+        if hasattr(self, "output_layer_weights"):
+            for slot, state in written:
+                stack.write(slot, state)
+            output = stack.mix(self.output_layer_weights)
+        return output, states, attentions
+
+
+class ElcBertLMHead(nn.Module):
+    """LN -> dense -> GELU -> LN -> dropout -> decoder (tied to the word embeddings)."""
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__()
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.decoder = nn.Linear(config.hidden_size, config.vocab_size)
+
+    def forward(self, hidden_states):
+        hidden_states = self.post_layer_norm(F.gelu(self.dense(self.pre_layer_norm(hidden_states))))
+        return self.decoder(self.dropout(hidden_states))
+
+
+class ElcBertClassificationHead(nn.Module):
+    """The fine-tuning head of the reference: LN -> dense -> GELU -> LN -> dropout -> n outputs."""
+
+    def __init__(self, config: ElcBertConfig, num_outputs: int):
+        super().__init__()
+        dropout = config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+        self.pre_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.post_layer_norm = nn.LayerNorm(config.hidden_size, config.layer_norm_eps, elementwise_affine=False)
+        self.dropout = nn.Dropout(dropout)
+        self.out_proj = nn.Linear(config.hidden_size, num_outputs)
+
+    def forward(self, hidden_states):
+        hidden_states = self.post_layer_norm(F.gelu(self.dense(self.pre_layer_norm(hidden_states))))
+        return self.out_proj(self.dropout(hidden_states))
+
+
+class ElcBertPreTrainedModel(PreTrainedModel):
+    config: ElcBertConfig
+    base_model_prefix = "elc_bert"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _no_split_modules = ["ElcBertLayer"]
+    # A model reads the backbone and its own head of a checkpoint; another task's head stays unused without a
+    # warning. `position_indices` are the bucket tables the reference checkpoints store (recomputed here).
+    _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^lm_head\."]
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        std = math.sqrt(2.0 / (5.0 * self.config.hidden_size))
+        if isinstance(module, nn.Linear):
+            module_std = std * getattr(module, "init_scale", 1.0)
+            init.trunc_normal_(module.weight, mean=0.0, std=module_std, a=-2 * module_std, b=2 * module_std)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.trunc_normal_(module.weight, mean=0.0, std=std, a=-2 * std, b=2 * std)
+        elif isinstance(module, nn.LayerNorm) and module.weight is not None:
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, ElcBertEmbeddings):
+            init.trunc_normal_(module.relative_embedding, mean=0.0, std=std, a=-2 * std, b=2 * std)
+        elif isinstance(module, ElcBertLayer) and hasattr(module, "prev_layer_weights"):
+            logits = torch.zeros_like(module.prev_layer_weights)
+            if module.variant == "base":
+                logits[-1] = 1.0  # lean on the immediate predecessor at the start
+            init.copy_(module.prev_layer_weights, logits)
+        elif isinstance(module, ElcBertEncoder) and hasattr(module, "output_layer_weights"):
+            init.zeros_(module.output_layer_weights)
+        elif isinstance(module, ElcBertModel):
+            table = module.position_bucket_table
+            init.copy_(table, module._bucket_table(table.shape[0], table.device))
+
+    def layer_weights(self) -> torch.Tensor:
+        """The ELC alpha matrix, L x (L+1): row n-1 holds softmax(theta^(n)) over y_0..y_{n-1}, zeros after."""
+        encoder = self.base_model.encoder
+        if not encoder.elc:
+            raise ValueError("layer_weights() needs an ELC model (config.layer_combination='elc')")
+        num_layers = len(encoder.layers)
+        alpha = torch.zeros(num_layers, num_layers + 1)
+        for n, layer in enumerate(encoder.layers):
+            alpha[n, : n + 1] = torch.softmax(layer.prev_layer_weights.detach().float().cpu(), dim=0)
+        return alpha
+
+
+class ElcBertModel(ElcBertPreTrainedModel):
+    """The bare encoder. `last_hidden_state` is y_L (ELC), the weighted output mixture (`weighted_output`) or the
+    residual stream (LTG-BERT); `hidden_states` are y_0..y_L (ELC) or the stream after each block (LTG-BERT)."""
+
+    _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^(lm_head|classifier)\."]
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.embeddings = ElcBertEmbeddings(config)
+        self.encoder = ElcBertEncoder(config)
+        # The M x M bucket table shared by all layers (a bucket depends on i - j only: its top-left T x T corner
+        # serves every input of T <= M tokens). Not saved: `_init_weights` computes it.
+        self.register_buffer("position_bucket_table", self._bucket_table(config.max_position_embeddings), False)
+        self.post_init()
+
+    def _bucket_table(self, length: int, device=None) -> torch.Tensor:
+        config = self.config
+        return relative_position_buckets(length, config.position_bucket_size, config.max_position_embeddings, device)
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    def position_buckets(self, length: int, device) -> torch.Tensor:
+        """The T x T bucket table of an input of T tokens (longer than M: computed for that length)."""
+        if length <= self.position_bucket_table.shape[0]:
+            return self.position_bucket_table[:length, :length]
+        return self._bucket_table(length, device)
+
+    def block_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple:
+        """What every block reads besides its input, for B x T x D `hidden_states` and a B x T `attention_mask` (1 for
+        real tokens, or None): the normalised relative-position table R~ ((2P-1) x D), the T x T bucket table and the
+        mask of `create_bidirectional_mask`. Blocks stacked on this model's states (Base+n) read the same."""
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        buckets = self.position_buckets(hidden_states.shape[1], hidden_states.device)
+        return self.embeddings.relative_table(), buckets, mask
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,  # accepted for tokenizer output, not used
+        position_ids: torch.Tensor | None = None,  # accepted, not used: positions are relative
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        """input_ids: B x T; attention_mask: B x T with 1 for real tokens and 0 for padding.
+
+        `output_hidden_states` may be a flag or, as in `transformers`, an index or a list of indices into the L+1
+        states (negative ones count from the end): then the states not selected are None."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+        if not torch.compiler.is_compiling():  # eager only: these checks read tensor values
+            check_inputs(self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask)
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
+        output_hidden_states = (
+            self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+        )
+        embeddings = self.embeddings(input_ids, inputs_embeds)
+        want_states = wants_hidden_states(output_hidden_states)
+        last_hidden_state, states, attentions = self.encoder(
+            embeddings, *self.block_inputs(embeddings, attention_mask), output_attentions, want_states
+        )
+        return BaseModelOutput(
+            last_hidden_state=last_hidden_state,
+            hidden_states=select_hidden_states(states, output_hidden_states) if want_states else None,
+            attentions=tuple(attentions) if output_attentions and attentions else None,
+        )
+
+
+def wants_hidden_states(output_hidden_states) -> bool:
+    """Whether `output_hidden_states` asks for any: True, an index (0 included) or a list of indices."""
+    return output_hidden_states is not None and output_hidden_states is not False
+
+
+def select_hidden_states(states: list, output_hidden_states) -> tuple:
+    """All of `states`, or for an index or a list of indices (as `transformers` takes them; negative ones count from
+    the end, out-of-range ones select nothing) the selected ones and None elsewhere."""
+    selected = selected_hidden_states(output_hidden_states)
+    if selected is None:
+        return tuple(states)
+    keep = resolve_hidden_states_indices(None, selected, num_hidden_states=len(states))
+    return tuple(state if i in keep else None for i, state in enumerate(states))
+
+
+def check_inputs(config, input_ids: torch.Tensor, attention_mask=None) -> None:
+    """Raises ValueError naming the argument for an empty batch, token ids outside the vocabulary, or an attention
+    mask whose shape is not the inputs' (B x T): errors an embedding lookup would otherwise report far from their
+    cause (on CUDA as a device-side assert)."""
+    if input_ids.dim() != 2 or input_ids.numel() == 0:
+        raise ValueError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
+    if not input_ids.is_floating_point():
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= config.vocab_size:
+            bad = high if high >= config.vocab_size else low
+            raise ValueError(f"input_ids holds {bad}, outside the vocabulary of {config.vocab_size} tokens")
+    check_shape("attention_mask", attention_mask, input_ids)
+
+
+def check_shape(name: str, tensor: torch.Tensor | None, input_ids: torch.Tensor) -> None:
+    """Raises ValueError when `tensor` (a mask or per-token labels) is not B x T like `input_ids`."""
+    if tensor is not None and tuple(tensor.shape) != tuple(input_ids.shape):
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
+
+
+class ElcBertForMaskedLM(ElcBertPreTrainedModel):
+    _tied_weights_keys = {"lm_head.decoder.weight": "elc_bert.embeddings.word_embeddings.weight"}
+    _keys_to_ignore_on_load_unexpected = [r"position_indices", r"^classifier\."]
+
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.elc_bert = ElcBertModel(config)
+        self.lm_head = ElcBertLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.lm_head.decoder = new_embeddings
+
+    @can_return_tuple
+    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs) -> MaskedLMOutput:
+        """labels: B x T, -100 where not scored. logits: B x T x V; with `config.sparse_prediction` and labels, the
+        head runs on the labelled positions only and `logits` is N x V for those N positions (row-major order).
+
+        In every head, `kwargs` are those of `ElcBertModel.forward` (`output_hidden_states`, ...) and the loss's (the
+        Trainer's `num_items_in_batch`)."""
+        if input_ids is not None:
+            check_shape("labels", labels, input_ids)
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        sequence_output = outputs.last_hidden_state
+        if labels is not None and self.config.sparse_prediction:
+            scored = labels != -100
+            sequence_output, labels = sequence_output[scored], labels[scored]
+        logits = self.lm_head(sequence_output)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, vocab_size=self.config.vocab_size, **kwargs)
+        return MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForSequenceClassification(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs
+    ) -> SequenceClassifierOutput:
+        """Classifies each sequence from its first ([CLS]) position. labels: B (class ids, or floats to regress)."""
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        logits = self.classifier(outputs.last_hidden_state[:, 0])
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(labels=labels, pooled_logits=logits, config=self.config, **kwargs)
+        return SequenceClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForTokenClassification(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, config.num_labels)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs
+    ) -> TokenClassifierOutput:
+        """Labels every position. labels: B x T, -100 where not scored; logits: B x T x num_labels."""
+        if input_ids is not None:
+            check_shape("labels", labels, input_ids)
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        logits = self.classifier(outputs.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = self.loss_function(logits, labels, self.config, **kwargs)
+        return TokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, 1)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, **kwargs
+    ) -> MultipleChoiceModelOutput:
+        """input_ids: B x C x T (C choices); one logit per choice from its [CLS] position; labels: B."""
+        source = input_ids if input_ids is not None else inputs_embeds
+        num_choices = source.shape[1]
+        outputs = self.elc_bert(
+            input_ids.flatten(0, 1) if input_ids is not None else None,
+            attention_mask=attention_mask.flatten(0, 1) if attention_mask is not None else None,
+            inputs_embeds=inputs_embeds.flatten(0, 1) if inputs_embeds is not None else None,
+            **kwargs,
+        )
+        logits = self.classifier(outputs.last_hidden_state[:, 0]).view(-1, num_choices)
+        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        return MultipleChoiceModelOutput(
+            loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+        )
+
+
+class ElcBertForQuestionAnswering(ElcBertPreTrainedModel):
+    def __init__(self, config: ElcBertConfig):
+        super().__init__(config)
+        self.elc_bert = ElcBertModel(config)
+        self.classifier = ElcBertClassificationHead(config, 2)
+        self.post_init()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids=None,
+        attention_mask=None,
+        inputs_embeds=None,
+        start_positions=None,
+        end_positions=None,
+        **kwargs,
+    ) -> QuestionAnsweringModelOutput:
+        """Extractive QA: start and end logits (B x T) per position; positions outside the input are ignored."""
+        outputs = self.elc_bert(input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs)
+        start_logits, end_logits = self.classifier(outputs.last_hidden_state).unbind(dim=-1)
+        loss = self.loss_function(start_logits, end_logits, start_positions, end_positions, **kwargs)
+        return QuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+        )
+
+
+# Each model class's Auto class. `save_pretrained` writes this file (and the ones it imports) next to the weights
+# and names it in config.json's `auto_map`: every saved folder loads with `trust_remote_code=True` where this package
+# is not installed (`push_to_hub` and the Trainer's pushes included); with the package, its own classes are used
+# (`elc_bert.models` registers them with the Auto classes).
+AUTO_CLASSES = {
+    AutoModel: ElcBertModel,
+    AutoModelForMaskedLM: ElcBertForMaskedLM,
+    AutoModelForSequenceClassification: ElcBertForSequenceClassification,
+    AutoModelForTokenClassification: ElcBertForTokenClassification,
+    AutoModelForMultipleChoice: ElcBertForMultipleChoice,
+    AutoModelForQuestionAnswering: ElcBertForQuestionAnswering,
+}
+for _auto_class, _model_class in AUTO_CLASSES.items():
+    _model_class.register_for_auto_class(_auto_class.__name__)
+
+__all__ = [
+    "ElcBertPreTrainedModel",
+    "ElcBertModel",
+    "ElcBertForMaskedLM",
+    "ElcBertForSequenceClassification",
+    "ElcBertForTokenClassification",
+    "ElcBertForMultipleChoice",
+    "ElcBertForQuestionAnswering",
+    "relative_position_buckets",
+]
