@@ -376,3 +376,22 @@ def test_the_command(run_dir, tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["eval-babylm", str(run_dir), "--data", str(tmp_path / "nowhere"), "--out", str(out)])
     assert exit_.value.code == 2 and "nowhere" in capsys.readouterr().err
+
+
+def test_fast_evaluation_folders_and_hub_dataset_ids(tmp_path, monkeypatch):
+    data = made_up_data(tmp_path / "evaluation_data")
+    fast = data / "fast_eval"
+    (fast / "blimp_fast").mkdir(parents=True)
+    (fast / "blimp_fast" / "x.jsonl").write_text(
+        (data / "full_eval" / "blimp_filtered" / "toy_island.jsonl").read_text()
+    )
+    assert babylm.find_task_folder("blimp", fast) == fast / "blimp_fast"
+    assert babylm.find_task_folder("wug_adj", fast) == data / "full_eval" / "wug_adj_nominalization"
+    assert babylm.find_task_folder("blimp", data) == data / "full_eval" / "blimp_filtered"
+    calls = []
+    monkeypatch.setattr(
+        "huggingface_hub.snapshot_download", lambda repo, repo_type: calls.append((repo, repo_type)) or str(data)
+    )
+    assert babylm.resolve_data("someone/babylm-eval") == data and calls == [("someone/babylm-eval", "dataset")]
+    with pytest.raises(FileNotFoundError, match="nor a Hub dataset id"):
+        babylm.resolve_data(tmp_path / "missing")

@@ -301,7 +301,8 @@ def write_jsonl(path, rows, compress=False):
 
 
 def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
-    """With all-zero logits PLL = -n log V: the sentence with fewer tokens wins, equal counts tie (counted wrong)."""
+    """With all-zero logits PLL = -n log V: the sentence with fewer tokens wins, equal counts tie (counted right, as
+    the official BabyLM pipeline decides: the first of the tied candidates, the good sentence, is chosen)."""
     model = BigramMaskedLM(len(toy_tokenizer), scale=0.0)
     short, long_, other = "the cat sleeps", "the cat sleeps on the mat", "cat the sleeps"
     sets = {
@@ -321,37 +322,37 @@ def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
         return len(toy_tokenizer(sentence, add_special_tokens=False)["input_ids"])
 
     def expected_accuracy(pairs):
-        return sum(length(row["sentence_good"]) < length(row["sentence_bad"]) for row in pairs) / len(pairs)
+        return sum(length(row["sentence_good"]) <= length(row["sentence_bad"]) for row in pairs) / len(pairs)
 
     expected_sets = {name: expected_accuracy(pairs) for name, (_, pairs) in sets.items()}
     expected_sets["turn_taking"] = 1.0
     assert length(short) == length(other) < length(long_)
-    assert expected_sets == {"agr_a": 0.75, "agr_b": 0.5, "island": 1 / 3, "turn_taking": 1.0}
+    assert expected_sets == {"agr_a": 0.75, "agr_b": 1.0, "island": 1 / 3, "turn_taking": 1.0}
 
     results = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", tmp_path / "out", name="toy", progress=False)
     assert {name: row["accuracy"] for name, row in results["sets"].items()} == pytest.approx(expected_sets)
     assert results["sets"]["agr_b"]["ties"] == 1 and results["ties"] == 1
     assert results["fields"] == pytest.approx(
-        {"morphology": (0.75 + 0.5) / 2, "syntax": 1 / 3, "turn_taking": 1.0}  # supplement files: set = field
+        {"morphology": (0.75 + 1.0) / 2, "syntax": 1 / 3, "turn_taking": 1.0}  # supplement files: set = field
     )
     assert results["field_counts"]["morphology"] == {
-        "accuracy": pytest.approx(0.625),
+        "accuracy": pytest.approx(0.875),
         "sets": 2,
-        "correct": 4,
+        "correct": 5,
         "total": 6,
     }
-    assert results["overall"] == pytest.approx((0.75 + 0.5 + 1 / 3 + 1.0) / 4)
-    assert results["overall_pairs"] == pytest.approx((3 + 1 + 1 + 2) / 11)
-    assert (results["correct"], results["total"], results["num_sets"]) == (7, 11, 4)
+    assert results["overall"] == pytest.approx((0.75 + 1.0 + 1 / 3 + 1.0) / 4)
+    assert results["overall_pairs"] == pytest.approx((3 + 2 + 1 + 2) / 11)
+    assert (results["correct"], results["total"], results["num_sets"]) == (8, 11, 4)
     on_disk = json.loads((tmp_path / "out" / "toy.json").read_text())
     assert on_disk["overall"] == pytest.approx(results["overall"])
-    assert "| morphology | 2 | 6 | 62.5 |" in (tmp_path / "out" / "toy.md").read_text()
+    assert "| morphology | 2 | 6 | 87.5 |" in (tmp_path / "out" / "toy.md").read_text()
     assert (tmp_path / "out" / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     capped = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", max_pairs_per_set=1, progress=False)
     assert capped["total"] == 4 and capped["sets"]["agr_a"]["total"] == 1
     single = evaluate_blimp(model, toy_tokenizer, tmp_path / "data" / "agr_b.jsonl.gz", progress=False)
-    assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(0.5)
+    assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(1.0)
 
 
 def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path, monkeypatch, caplog, capsys):

@@ -167,16 +167,18 @@ def task_files(folder: Path) -> list[Path]:
 def find_task_folder(task: str, data: Path) -> Path:
     """The folder of `task` under `data`: `data` itself when it holds the task's files directly under one of the
     task's folder names, else `data/<folder>`, `data/full_eval/<folder>` or `data/fast_eval/<folder>` for the
-    first of the task's folder names found."""
+    first of the task's folder names found; for `data` = `.../fast_eval`, the tasks it has no copy of (the wug tests,
+    entity tracking) come from the `full_eval/` beside it, as in the official fast evaluation."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     names = TASKS[task].folders
     if data.name in names and data.is_dir():
         return data
-    for name in names:
-        for parent in (data, data / "full_eval", data / "fast_eval"):
-            if (parent / name).is_dir():
-                return parent / name
+    for parents in ((data, data / "full_eval", data / "fast_eval"), (data.parent / "full_eval",)):
+        for name in names:
+            for parent in parents:
+                if (parent / name).is_dir():
+                    return parent / name
     raise FileNotFoundError(
         f"{data}: no folder for task {task} (looked for {', '.join(names)} in it, full_eval/ and fast_eval/)"
     )

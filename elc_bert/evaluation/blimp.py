@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from .. import plots
 from ..data.jsonl import read_jsonl
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, pseudo_log_likelihoods
+from .babylm import chosen
 
 logger = logging.getLogger(__name__)
 
@@ -86,11 +87,12 @@ def _mean(values: list[float]) -> float:
 
 def summarise(sets: dict[str, list[dict]], good: dict[str, list[float]], bad: dict[str, list[float]]) -> dict:
     """Accuracy per set, per linguistic field and term (mean over their sets) and overall (mean over sets, as BabyLM
-    reports BLiMP; `overall_pairs` pools the pairs). A tie counts as wrong. Files without a `field` (the BabyLM
-    supplement) are their own field; `FIELD_ALIASES` merges spellings of one field."""
+    reports BLiMP; `overall_pairs` pools the pairs). A pair is right when the good sentence is the one chosen
+    (`babylm.chosen`: a tie counts as right, as the official BabyLM pipeline decides; `ties` counts them). Files
+    without a `field` (the BabyLM supplement) are their own field; `FIELD_ALIASES` merges spellings of one field."""
     per_set = {}
     for name, pairs in sets.items():
-        correct = sum(g > b for g, b in zip(good[name], bad[name]))
+        correct = sum(chosen([g, b]) == 0 for g, b in zip(good[name], bad[name]))
         field = str(pairs[0].get("field") or name)
         per_set[name] = {
             "accuracy": correct / len(pairs),
