@@ -215,9 +215,10 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=5e-3)
     parser.add_argument("--seeds", type=int, nargs="+", default=[42, 43])
     parser.add_argument("--train-lines", type=int, default=1200, help="of the bundled WikiText-2 sample; rest: dev")
-    parser.add_argument("--out", type=Path, default=REPO / "results" / "recipe_parity")
+    parser.add_argument("--out", type=Path, default=REPO / "results" / "recipe_parity", help="the report's folder")
+    parser.add_argument("--work", type=Path, default=REPO / "runs" / "recipe_parity", help="the runs' folder")
     args = parser.parse_args()
-    work = args.out / "work"
+    work = args.work
     work.mkdir(parents=True, exist_ok=True)
     lines = SAMPLE.read_text(encoding="utf-8").splitlines(keepends=True)
     (work / "train.txt").write_text("".join(lines[: args.train_lines]), encoding="utf-8")
