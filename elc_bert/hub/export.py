@@ -19,6 +19,7 @@ from pathlib import Path
 from elc_bert import runs
 from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
 from elc_bert.models import AUTO_CLASSES
+from elc_bert.models.loading import key_list
 
 from .remote_code import flat_name, remote_code_files
 
@@ -282,6 +283,16 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
         raise ValueError(
             f"{model_dir}: the weights do not fill {model_class.__name__} (missing {info['missing_keys']}, "
             f"mismatched {info['mismatched_keys']}); exporting would publish random weights"
+        )
+    diverged = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and not tensor.isfinite().all()
+    ]
+    if diverged:
+        raise ValueError(
+            f"{model_dir}: weights hold NaN or inf ({key_list(diverged)}): the run diverged, and exporting would "
+            "publish them"
         )
     model.eval()
     model.save_pretrained(out_dir)  # safetensors

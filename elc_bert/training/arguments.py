@@ -1,5 +1,6 @@
-"""The `TrainingArguments` of every job: what they all set, in one place."""
+"""The `TrainingArguments` of every job and the callbacks they all use: what they all set, in one place."""
 
+import math
 from pathlib import Path
 
 import torch
@@ -14,6 +15,7 @@ def training_arguments(output_dir: str | Path, seed: int, overrides: dict, **job
         output_dir=str(output_dir),
         seed=seed,
         report_to=[],
+        logging_nan_inf_filter=False,  # a diverged loss is logged as it is (`StopOnNonFiniteLoss` stops the run)
         dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )
     arguments.update(job)
@@ -28,3 +30,20 @@ class CadenceFromArguments(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         state.compute_steps(args, state.max_steps)
+
+
+class StopOnNonFiniteLoss(TrainerCallback):
+    """Stops a run whose logged loss (or gradient norm, or evaluation loss) is not finite, naming the step and the
+    learning rate: a diverged run would otherwise train on, save NaN weights and end as if it had succeeded. The
+    Trainer logs every `logging_steps`; the run's last checkpoint before the divergence is kept."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key in ("loss", "grad_norm", "eval_loss"):
+            value = (logs or {}).get(key)
+            if isinstance(value, (int, float)) and not math.isfinite(value):
+                rate = (logs or {}).get("learning_rate")
+                at = f" (learning rate {rate:g})" if isinstance(rate, (int, float)) else ""
+                raise FloatingPointError(
+                    f"training diverged: {key} is {value} at step {state.global_step}{at}; lower the learning rate "
+                    "or the loss scale, then resume from the last checkpoint"
+                )

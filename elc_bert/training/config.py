@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import enum
 import inspect
+import math
 import re
 import sys
 import textwrap
@@ -113,6 +114,8 @@ def convert(value, annotation, key: str, keys=None):
         number = _number(value)
         if number is None:
             raise _error(key, annotation, value)
+        if not math.isfinite(number):
+            raise ValueError(f"{key} must be a finite number, got {value!r}")
         return float(number)
     if annotation is str:
         if isinstance(value, str):

@@ -45,7 +45,7 @@ from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import training_arguments
+from .arguments import StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -243,7 +243,7 @@ def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train
         eval_dataset={"dev": dev},  # early stopping on the task's own dev set (MNLI: matched only)
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=_dev_metric_fn(task),
-        callbacks=[EarlyStoppingCallback(early_stopping_patience=patience)],
+        callbacks=[EarlyStoppingCallback(early_stopping_patience=patience), StopOnNonFiniteLoss()],
     )
 
 

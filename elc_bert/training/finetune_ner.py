@@ -39,7 +39,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import training_arguments
+from .arguments import StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -353,7 +353,7 @@ def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: 
         eval_dataset=data.dev,
         data_collator=DataCollatorForTokenClassification(data.tokenizer),
         compute_metrics=entity_f1(data.label_names, data.scheme, data.dev_words),
-        callbacks=[KeepBestModel(run_dir / runs.MODEL), *(callbacks or [])],
+        callbacks=[KeepBestModel(run_dir / runs.MODEL), StopOnNonFiniteLoss(), *(callbacks or [])],
     )
 
 

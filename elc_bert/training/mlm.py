@@ -26,7 +26,7 @@ from ..data.tokenizer import load_tokenizer
 from ..models import FUSIONS, LayerFusionForMaskedLM
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import training_arguments
+from .arguments import StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 
@@ -167,6 +167,7 @@ def mlm(config: MlmConfig) -> dict:
         train_dataset=train,
         eval_dataset=validation,
         data_collator=collator,
+        callbacks=[StopOnNonFiniteLoss()],
     )
     trainer.train(resume_from_checkpoint=runs.last_checkpoint(output_dir))
     published = trainer.state.best_model_checkpoint or runs.last_checkpoint(output_dir)  # what export picks

@@ -19,7 +19,7 @@ from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
 from ..plots import plot_curves
-from .arguments import CadenceFromArguments, training_arguments
+from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
@@ -537,6 +537,7 @@ def pretrain(config: PretrainConfig) -> dict:
         optimizers=_optimizers(config, model),
         callbacks=[
             CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
+            StopOnNonFiniteLoss(),
             CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
         ],
     )

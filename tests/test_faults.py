@@ -1,0 +1,59 @@
+"""Faults (issue 34): runs that diverge, values that are not finite, weights that are NaN."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY
+
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
+from elc_bert.hub.export import export
+from elc_bert.training.config import load_config
+from elc_bert.training.pretrain import PretrainConfig, pretrain
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
+
+
+def _config(tmp_path, **fields) -> PretrainConfig:
+    base = dict(
+        output_dir=str(tmp_path / "run"),
+        data_dir=str(SAMPLE.parent),
+        train_files=[SAMPLE.name],
+        preset="tiny",
+        vocab_size=300,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=6,
+        batch_size=8,
+        training={"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
+    )
+    return PretrainConfig(**{**base, **fields})
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
+def test_non_finite_numbers_are_refused_at_config_time(tmp_path, value):
+    with pytest.raises(ValueError, match="learning_rate must be a finite number"):
+        _config(tmp_path, learning_rate=value)
+    overrides = [f"output_dir={tmp_path}", "train_files=[x]", f"training.max_grad_norm={value}"]
+    with pytest.raises(ValueError, match="training.max_grad_norm must be a finite number"):
+        load_config(PretrainConfig, None, overrides)
+
+
+def test_a_loss_that_turns_non_finite_stops_the_run_naming_the_step(tmp_path):
+    with pytest.raises(FloatingPointError, match=r"training diverged: (loss|grad_norm) is (nan|inf) at step \d+"):
+        pretrain(_config(tmp_path, learning_rate=1e30, optimizer="adamw", weight_decay=0.0))
+    assert not (tmp_path / "run" / "model.safetensors").exists()  # no final model from a diverged run
+
+
+def test_export_refuses_non_finite_weights(tmp_path):
+    tokenizer = train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines()[:300], 96, 2)
+    model = ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)}))
+    with torch.no_grad():
+        model.elc_bert.encoder.layers[1].mlp.up_proj.weight[0, 0] = float("nan")
+    model.save_pretrained(tmp_path / "diverged")
+    save_tokenizer(tokenizer, tmp_path / "diverged")
+    with pytest.raises(ValueError, match=r"weights hold NaN or inf \(elc_bert.encoder.layers.1.mlp.up_proj.weight\)"):
+        export(tmp_path / "diverged", tmp_path / "hub")
+    assert not (tmp_path / "hub").exists()
