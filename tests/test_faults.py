@@ -57,3 +57,24 @@ def test_export_refuses_non_finite_weights(tmp_path):
     with pytest.raises(ValueError, match=r"weights hold NaN or inf \(elc_bert.encoder.layers.1.mlp.up_proj.weight\)"):
         export(tmp_path / "diverged", tmp_path / "hub")
     assert not (tmp_path / "hub").exists()
+
+
+def test_config_values_given_to_from_pretrained_are_checked_as_in_the_constructor(tmp_path):
+    from elc_bert import LayerFusionConfig, LayerFusionForTokenClassification
+
+    ElcBertForMaskedLM(ElcBertConfig(**TINY)).save_pretrained(tmp_path / "elc")
+    with pytest.raises(ValueError, match="elc_variant must be one of .* got 'normalised'"):
+        ElcBertForMaskedLM.from_pretrained(tmp_path / "elc", elc_variant="normalised")
+    with pytest.raises(ValueError, match=r"hidden_size \(32\) must be divisible by num_attention_heads \(5\)"):
+        ElcBertConfig.from_pretrained(tmp_path / "elc", num_attention_heads=5)
+    assert ElcBertForMaskedLM.from_pretrained(tmp_path / "elc", elc_variant="zero").config.elc_variant == "zero"
+    fusion = LayerFusionConfig(backbone_config=ElcBertConfig(**TINY), fusion="dwatt", num_labels=3)
+    LayerFusionForTokenClassification(fusion).save_pretrained(tmp_path / "fusion")
+    with pytest.raises(ValueError, match="fusion must be one of"):
+        LayerFusionForTokenClassification.from_pretrained(tmp_path / "fusion", fusion="dwat")
+    # a value set after the config was built is refused when it would be saved
+    config = ElcBertConfig(**TINY)
+    config.elc_variant = "bogus"
+    with pytest.raises(Exception, match="elc_variant must be one of"):
+        config.save_pretrained(tmp_path / "bogus")
+    assert not (tmp_path / "bogus" / "config.json").exists()

@@ -29,6 +29,15 @@ PRESETS = {
 }
 
 
+def fields_into_constructor(config_class, config_dict: dict, kwargs: dict) -> tuple[dict, dict]:
+    """`get_config_dict`'s result with the config fields given to `from_pretrained` moved from `kwargs` into the
+    constructor's arguments: the library would set them on the built config afterwards, unchecked; there they are
+    checked exactly as in `config_class(...)`."""
+    for name in [name for name in kwargs if name in getattr(config_class, "__dataclass_fields__", {})]:
+        config_dict[name] = kwargs.pop(name)
+    return config_dict, kwargs
+
+
 @strict
 class ElcBertConfig(PreTrainedConfig):
     r"""
@@ -106,11 +115,16 @@ class ElcBertConfig(PreTrainedConfig):
         read = CHECKPOINT_FORMATS.get(config_dict.get("model_type"))
         if read is not None:
             config_dict = read(pretrained_model_name_or_path, config_dict, kwargs, hub_kwargs)
-        return config_dict, kwargs
+        return fields_into_constructor(cls, config_dict, kwargs)
 
     def __post_init__(self, **kwargs):
         self.check_values()
         super().__post_init__(**kwargs)
+
+    def validate_values(self):
+        """The class validator of the strict dataclass: `save_pretrained` runs it before writing, so that a value set
+        on the config after it was built (unchecked) is refused rather than saved."""
+        self.check_values()
 
     def check_values(self):
         """Raises `ValueError` naming the first field whose value is invalid."""

@@ -2,7 +2,7 @@
 
 from transformers import AutoConfig
 
-from .configuration_elc_bert import ElcBertConfig
+from .configuration_elc_bert import ElcBertConfig, fields_into_constructor
 from .transformers_compat import PreTrainedConfig, SubConfigSpec, strict
 
 FUSIONS = ("dwatt", "concat", "average", "last", "extra_layers")
@@ -52,6 +52,17 @@ class LayerFusionConfig(PreTrainedConfig):
     freeze_backbone: bool = False
     head_dropout: float | int = 0.1
     tie_word_embeddings: bool = True
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
+        """`PreTrainedConfig.get_config_dict`, with the fields given to `from_pretrained` checked as in the
+        constructor (`fields_into_constructor`)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        return fields_into_constructor(cls, config_dict, kwargs)
+
+    def validate_values(self):
+        """The class validator of the strict dataclass, run by `save_pretrained` before writing."""
+        self.check_values()
 
     def __post_init__(self, **kwargs):
         if self.backbone_config is None:
