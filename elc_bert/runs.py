@@ -232,6 +232,15 @@ def resolve_model(name: str) -> str:
     return str(Path(module.__file__).parent / alias.folder)
 
 
+def links_out_of(folder: str | Path, paths=None) -> list[Path]:
+    """The symbolic links among `paths` (default: everything under `folder`) whose targets lie outside `folder`:
+    a command that copies or uploads files of a folder refuses them, so that no file from elsewhere (a token, a
+    system file) ends up in what it writes."""
+    root = Path(folder).resolve()
+    paths = Path(folder).rglob("*") if paths is None else paths
+    return [path for path in paths if Path(path).is_symlink() and not Path(path).resolve().is_relative_to(root)]
+
+
 def find_tokenizer(candidates: list[str | Path | None]) -> str:
     """The tokenizer of the first candidate that has one: a folder holding tokenizer files (`TOKENIZER_FILES`) or
     whose `tokenizer/` subfolder does (a pretraining run keeps its own there), or, for a checkpoint folder of a run

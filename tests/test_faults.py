@@ -78,3 +78,28 @@ def test_config_values_given_to_from_pretrained_are_checked_as_in_the_constructo
     with pytest.raises(Exception, match="elc_variant must be one of"):
         config.save_pretrained(tmp_path / "bogus")
     assert not (tmp_path / "bogus" / "config.json").exists()
+
+
+def test_export_and_push_refuse_symbolic_links_out_of_their_folder(tmp_path, monkeypatch):
+    from elc_bert import runs
+    from elc_bert.hub.push import push
+    from elc_bert.training.pretrain import pretrain
+
+    secret = tmp_path / "secret.txt"  # a file of our own standing for a token or a system file
+    secret.write_text("hf_not_a_real_token\n")
+    pretrain(_config(tmp_path, learning_rate=1e-3))
+    run = tmp_path / "run"
+    (run / runs.LOSS_PLOT).unlink()
+    (run / runs.LOSS_PLOT).symlink_to(secret)
+    with pytest.raises(ValueError, match=r"loss.png is a symbolic link to .*secret.txt, outside the run folder"):
+        export(run, tmp_path / "hub")
+    assert not (tmp_path / "hub").exists()
+    (run / runs.LOSS_PLOT).unlink()
+    exported = export(run, tmp_path / "hub")
+    (exported / "notes.txt").symlink_to(secret)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    with pytest.raises(ValueError, match=r"notes.txt is a symbolic link to .*secret.txt, outside"):
+        push(exported, "someone/model")
+    (exported / "notes.txt").unlink()
+    (exported / "inside.txt").symlink_to(exported / "config.json")  # a link inside the folder is fine
+    assert runs.links_out_of(exported) == []

@@ -361,6 +361,11 @@ def _figures(model, run: dict, out_dir: Path) -> str:
     }
     for name, caption in copies.items():
         if run_dir is not None and (run_dir / name).is_file():
+            if runs.links_out_of(run_dir, [run_dir / name]):
+                raise ValueError(
+                    f"{run_dir / name} is a symbolic link to {(run_dir / name).resolve()}, outside the run folder: "
+                    "export copies only the run's own files"
+                )
             shutil.copyfile(run_dir / name, out_dir / f"run_{name}")
             figures.append((f"run_{name}", caption))
     if not figures:

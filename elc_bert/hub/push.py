@@ -6,6 +6,8 @@ The token comes from the usual places (`HF_TOKEN`, then the token file written b
 
 from pathlib import Path
 
+from elc_bert import runs
+
 REQUIRED_FILES = ("config.json", "README.md", "model.safetensors")
 
 
@@ -40,6 +42,12 @@ def push(
         raise FileNotFoundError(f"{folder} lacks {missing}: push a folder written by `elc-bert export`")
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"--repo-id must be USER/NAME (or ORG/NAME), got {repo_id!r}")
+    links = runs.links_out_of(folder)
+    if links:
+        raise ValueError(
+            f"{links[0]} is a symbolic link to {links[0].resolve()}, outside {folder}: push uploads only the folder's "
+            "own files"
+        )
     api = HfApi(endpoint=endpoint, token=resolve_token(token))
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     commit = api.upload_folder(folder_path=folder, repo_id=repo_id, repo_type="model", commit_message=commit_message)
