@@ -339,12 +339,14 @@ def _words_seen(folder: Path) -> dict:
 
 def _step(folder: Path) -> int | None:
     """The training step a model folder holds: a checkpoint's, a words-seen checkpoint's, a final model's."""
-    state = folder / "trainer_state.json"
+    from .. import runs
+
+    state = folder / runs.TRAINER_STATE
     if state.is_file():
         return json.loads(state.read_text(encoding="utf-8")).get("global_step")
     if "step" in _words_seen(folder):
         return _words_seen(folder)["step"]
-    metrics = folder / "metrics.json"
+    metrics = folder / runs.METRICS
     if metrics.is_file():
         history = json.loads(metrics.read_text(encoding="utf-8")).get("log_history", [])
         steps = [entry["step"] for entry in history if "step" in entry]
