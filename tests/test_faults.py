@@ -103,3 +103,51 @@ def test_export_and_push_refuse_symbolic_links_out_of_their_folder(tmp_path, mon
     (exported / "notes.txt").unlink()
     (exported / "inside.txt").symlink_to(exported / "config.json")  # a link inside the folder is fine
     assert runs.links_out_of(exported) == []
+
+
+def _unfilled_folder(tmp_path) -> Path:
+    """A model folder whose weights do not fill the model its config describes (the config says 4 layers, the
+    weights hold 3), with a tokenizer."""
+    tokenizer = train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines()[:300], 96, 2)
+    folder = tmp_path / "unfilled"
+    ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)})).save_pretrained(folder)
+    save_tokenizer(tokenizer, folder)
+    config = (folder / "config.json").read_text().replace('"num_hidden_layers": 3', '"num_hidden_layers": 4')
+    (folder / "config.json").write_text(config)
+    return folder
+
+
+def test_fine_tuning_jobs_refuse_models_that_did_not_load(tmp_path):
+    from elc_bert.training import finetune_glue, finetune_ner, mlm
+
+    folder = _unfilled_folder(tmp_path)
+    labels = ["O", "B-PER", "I-PER"]
+    for fusion in (None, "dwatt"):
+        config = finetune_ner.FinetuneNerConfig(
+            output_dir=str(tmp_path / "ner"), data_dir=str(tmp_path), model=str(folder), fusion=fusion
+        )
+        with pytest.raises(ValueError, match=r"does not fill .*encoder.layers.3.* allow_unloaded_weights"):
+            finetune_ner.build_model(config, labels)
+        allowed = finetune_ner.FinetuneNerConfig(
+            output_dir=str(tmp_path / "ner"),
+            data_dir=str(tmp_path),
+            model=str(folder),
+            fusion=fusion,
+            allow_unloaded_weights=True,
+        )
+        assert finetune_ner.build_model(allowed, labels) is not None
+    with pytest.raises(ValueError, match=r"does not fill .*encoder.layers.3"):
+        mlm._model(
+            mlm.MlmConfig(output_dir=str(tmp_path / "mlm"), data_dir=str(tmp_path), model=str(folder)), str(folder)
+        )
+    glue = finetune_glue.FinetuneGlueConfig(
+        output_dir=str(tmp_path / "glue"), data_dir=str(tmp_path), model=str(folder)
+    )
+    task = next(iter(finetune_glue.TASKS.values()))
+    with pytest.raises(ValueError, match=r"does not fill .*encoder.layers.3"):
+        finetune_glue._model(glue, task, None)
+    # a fresh task head is expected: a whole checkpoint fine-tunes without complaint
+    whole = tmp_path / "whole"
+    ElcBertForMaskedLM(ElcBertConfig(**TINY)).save_pretrained(whole)
+    config = finetune_ner.FinetuneNerConfig(output_dir=str(tmp_path / "ner2"), data_dir=str(tmp_path), model=str(whole))
+    assert finetune_ner.build_model(config, labels).classifier is not None

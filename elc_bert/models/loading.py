@@ -27,6 +27,21 @@ def unloaded_weights(loading_info: dict) -> dict[str, list[str]]:
     }
 
 
+def check_fine_tuning_start(source, model, loading_info: dict, accept_hint: str) -> None:
+    """`check_weights_loaded` for a model about to be fine-tuned: the weights of its task head (outside its base
+    model: a classifier, or an MLM head that MLM fine-tuning trains) may start fresh, and a head of another size is
+    replaced; the base model's must all load."""
+    if model.base_model is not model:
+        prefix = model.base_model_prefix + "."
+        unloaded = unloaded_weights(loading_info)
+        loading_info = {
+            "missing_keys": [key for key in unloaded["missing"] if key.startswith(prefix)],
+            "mismatched_keys": [key for key in unloaded["mismatched"] if key.startswith(prefix)],
+            "unexpected_keys": unloaded["unexpected"],
+        }
+    check_weights_loaded(source, model, loading_info, accept_hint)
+
+
 def check_weights_loaded(source, model, loading_info: dict, accept_hint: str) -> None:
     """Raises a ValueError naming `source` (the folder or Hub name) and the keys when any weight of `model` did not
     load (`unloaded_weights`); `accept_hint` tells how to use the model anyway. Unexpected keys of a whole module that

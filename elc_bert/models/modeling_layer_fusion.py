@@ -24,7 +24,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
-from .loading import key_list, unloaded_weights
+from .loading import check_fine_tuning_start, key_list, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
 from .transformers_compat import PreTrainedModel, can_return_tuple, create_bidirectional_mask, init
@@ -228,19 +228,31 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
         attn_implementation: str | None = None,
         revision: str | None = None,
         token: str | bool | None = None,
+        allow_unloaded_weights: bool = False,
         **config_kwargs,
     ):
         """A fusion model around a pretrained backbone (a local folder or a Hub name): the backbone keeps its
         weights, the fusion module and the head start fresh, in the backbone's dtype. `dtype`, `attn_implementation`,
         `revision` and `token` go to the backbone's `from_pretrained` (the one load of its weights); the other keyword
         arguments are `LayerFusionConfig` fields (`fusion`, `freeze_backbone`, `num_labels`, ...).
-        `tie_word_embeddings` defaults to the backbone's own.
+        `tie_word_embeddings` defaults to the backbone's own. A backbone checkpoint that does not fill the backbone's
+        base model (random weights would be fine-tuned) raises a ValueError naming the keys unless
+        `allow_unloaded_weights`; the pooler, which the fusion model drops, and an MLM head, which fine-tuning trains,
+        may be missing (`check_fine_tuning_start`).
 
             model = LayerFusionForTokenClassification.from_backbone("roberta-base", fusion="dwatt", num_labels=9)
         """
         load_kwargs = {"dtype": dtype, "attn_implementation": attn_implementation, "revision": revision, "token": token}
         load_kwargs = {key: value for key, value in load_kwargs.items() if value is not None}
-        pretrained = cls._backbone_auto_class.from_pretrained(backbone_name_or_path, **load_kwargs)
+        pretrained, loading_info = cls._backbone_auto_class.from_pretrained(
+            backbone_name_or_path, output_loading_info=True, **load_kwargs
+        )
+        if not allow_unloaded_weights:
+            unloaded = unloaded_weights(loading_info)
+            kept = {kind: [key for key in keys if not key.startswith("pooler.")] for kind, keys in unloaded.items()}
+            kept = {"missing_keys": kept["missing"], "mismatched_keys": kept["mismatched"], "unexpected_keys": []}
+            hint = "Pass allow_unloaded_weights=True to fine-tune it anyway."
+            check_fine_tuning_start(backbone_name_or_path, pretrained, kept, hint)
         if os.path.isdir(backbone_name_or_path):  # a local path means nothing in a checkpoint shared elsewhere
             pretrained.config.name_or_path = ""
         # The implementation the backbone settled on (the one asked for, or its default): a new LayerFusionConfig

