@@ -22,12 +22,13 @@ def pack_sentences(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int
         current: list[int] = []
         for sentence in document:
             sentence = list(sentence)
-            while len(sentence) > max_tokens:  # an over-long sentence becomes pieces of its own
+            if len(sentence) > max_tokens:  # an over-long sentence becomes pieces of its own (cut once: linear)
                 if current:
                     segments.append(current)
                     current = []
-                segments.append(sentence[:max_tokens])
-                sentence = sentence[max_tokens:]
+                pieces = [sentence[start : start + max_tokens] for start in range(0, len(sentence), max_tokens)]
+                segments.extend(pieces[:-1])
+                sentence = pieces[-1]
             if len(current) + len(sentence) > max_tokens:
                 segments.append(current)
                 current = []

@@ -188,7 +188,9 @@ class StreamedRows(torch.utils.data.IterableDataset):
         batches, batch, epoch = 0, [], 0
         while batches < self.num_steps:
             self.samples.set_epoch(epoch)
+            seen = 0
             for sample in self.samples:
+                seen += 1
                 batch.append(sample["input_ids"])
                 if len(batch) == self.batch_size:
                     size = self.batch_size // self.parts
@@ -198,6 +200,8 @@ class StreamedRows(torch.utils.data.IterableDataset):
                     batches, batch = batches + 1, []
                     if batches == self.num_steps:
                         return
+            if not seen:  # it would start over forever
+                raise ValueError("the streamed corpus yielded no sample in a whole pass (no text in its text column?)")
             epoch += 1
 
 
