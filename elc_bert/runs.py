@@ -9,6 +9,7 @@ through these names and the readers (export and its model card, the scorecard, t
     glue/                       finetune-glue's own run folder inside the model's run: <task>/result.json, <task>/model/
     tokenizer/                  pretrain: the tokenizer it trained
     checkpoint-<step>/          the Trainer's checkpoints; each is also a model with its tokenizer
+    .writer.lock, .writer       pretrain, mlm, finetune-glue: the lock of the one process writing the folder, and who
     words-<W>/                  pretrain: the model after W words of training samples (`checkpoint_words`)
     model_fingerprints.jsonl    the sha256 of each model the run saved to publish, so that its metrics go only onto
                                 the card of a model it made
@@ -46,6 +47,8 @@ MODEL = "model"  # a kept model folder inside a trial's or task's folder
 TOKENIZER = "tokenizer"
 GLUE = "glue"
 CLAIM = ".claimed"
+WRITER_LOCK = ".writer.lock"  # held by the one process that writes a run folder (`hold_run_folder`)
+WRITER = ".writer"  # who holds it: host and pid
 MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
 WORDS_CHECKPOINT = "words-"  # a pretraining run's model after N words: words-1M, words-10M, ...
 WORDS_SEEN = "words_seen.json"  # in a words-seen checkpoint: the words, milestone and step
@@ -285,6 +288,28 @@ def mean_depth_profiles(run_dir: str | Path) -> dict[int, tuple[int, list[float]
         shots: (len(weights), [sum(column) / len(column) for column in zip(*weights)])
         for shots, weights in sorted(by_shots.items())
     }
+
+
+def hold_run_folder(run_dir: str | Path, job: str):
+    """Takes the run folder for this process alone: an exclusive lock (`filelock`, released by the system when the
+    process ends, however it ends) on `run_dir/.writer.lock`, held until `release()` is called on what this returns.
+    A folder another live process holds raises FileExistsError naming that process, before anything is written: two
+    runs in one folder would end with a model equal to neither."""
+    import filelock
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(str(run_dir / WRITER_LOCK), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        holder = (run_dir / WRITER).read_text().strip() if (run_dir / WRITER).is_file() else "another process"
+        raise FileExistsError(
+            f"{run_dir} is being written by {holder} ({job}): one process per run folder. Wait for it to end, or "
+            "choose another output_dir"
+        ) from None
+    (run_dir / WRITER).write_text(f"{socket.gethostname()} pid {os.getpid()}\n")
+    return lock
 
 
 def claim(run_dir: Path) -> str | None:

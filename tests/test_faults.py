@@ -167,3 +167,35 @@ def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
     segments = pack_sentences([[sentence, [7, 8]]], 126)
     assert [token for segment in segments[:-1] for token in segment] == sentence[: 126 * (len(segments) - 1)]
     assert segments[-1] == sentence[126 * (len(segments) - 1) :] + [7, 8] or segments[-1] == [7, 8]
+
+
+def test_two_pretraining_runs_on_one_folder_the_second_is_refused(tmp_path):
+    """A run in another process holds the folder: a second one started on it is refused naming the holder, before
+    it writes anything; the first ends as if alone."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from elc_bert import runs
+
+    config = _config(tmp_path, max_steps=40, learning_rate=1e-3)
+    script = (
+        "from elc_bert.training.pretrain import PretrainConfig, pretrain\n"
+        f"pretrain(PretrainConfig(**{vars(config)!r}))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    writer = tmp_path / "run" / runs.WRITER
+    deadline = time.time() + 120
+    while not writer.exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert writer.exists(), first.stderr.read().decode()[-2000:] if first.poll() is not None else "no writer"
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    with pytest.raises(FileExistsError, match=rf"is being written by .* pid {first.pid} \(pretrain\)"):
+        pretrain(_config(tmp_path, max_steps=40, learning_rate=1e-3, seed=43))
+    assert first.wait(timeout=300) == 0, first.stderr.read().decode()[-2000:]
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+    assert "pretrain_config.yaml" in before  # the second run did not rewrite it: the first run's seed is kept
+    assert "seed: 42" in (tmp_path / "run" / "pretrain_config.yaml").read_text()
+    pretrain(_config(tmp_path, max_steps=40, learning_rate=1e-3))  # released: a rerun finds the finished run

@@ -522,37 +522,43 @@ def pretrain(config: PretrainConfig) -> dict:
     args = _training_arguments(config, output_dir, bool(config.validation_files))
     parts = args.world_size * args.gradient_accumulation_steps
     _check_batches(config, parts)
-    if args.should_save:
-        output_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, runs.config_file(output_dir, "pretrain"))
+    # One process writes the folder (the main one under torchrun): a second run started on it is refused.
+    writer = runs.hold_run_folder(output_dir, "pretrain") if args.should_save else None
+    try:
+        if args.should_save:
+            output_dir.mkdir(parents=True, exist_ok=True)
+            save_config(config, runs.config_file(output_dir, "pretrain"))
 
-    # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
-    with args.main_process_first(desc="data preparation"):
-        tokenizer, phases, validation = _prepared_data(config, output_dir)
-    train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
-    step_sequences = [size for _, size, steps in phases for _ in range(steps)]
-    torch.manual_seed(config.seed)
-    model = _model(config, tokenizer)
-    trainer = Trainer(
-        model=model,
-        args=args,
-        train_dataset=train_dataset,
-        eval_dataset=_validation_rows(config, validation),
-        data_collator=BatchRowCollator(_masking(config, tokenizer)),
-        optimizers=_optimizers(config, model),
-        callbacks=[
-            CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
-            StopOnNonFiniteLoss(),
-            CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
-        ],
-    )
-    checkpoint = runs.last_checkpoint(output_dir)
-    first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
-    result = trainer.train(resume_from_checkpoint=checkpoint)
-    metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
-    if real_token_share is not None:
-        metrics["real_token_share"] = real_token_share
-    if trainer.eval_dataset is not None:
-        metrics.update(trainer.evaluate())
-    _save_run(trainer, model, tokenizer, output_dir, metrics)
-    return metrics
+        # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
+        with args.main_process_first(desc="data preparation"):
+            tokenizer, phases, validation = _prepared_data(config, output_dir)
+        train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
+        step_sequences = [size for _, size, steps in phases for _ in range(steps)]
+        torch.manual_seed(config.seed)
+        model = _model(config, tokenizer)
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=_validation_rows(config, validation),
+            data_collator=BatchRowCollator(_masking(config, tokenizer)),
+            optimizers=_optimizers(config, model),
+            callbacks=[
+                CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
+                StopOnNonFiniteLoss(),
+                CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
+            ],
+        )
+        checkpoint = runs.last_checkpoint(output_dir)
+        first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+        metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
+        if real_token_share is not None:
+            metrics["real_token_share"] = real_token_share
+        if trainer.eval_dataset is not None:
+            metrics.update(trainer.evaluate())
+        _save_run(trainer, model, tokenizer, output_dir, metrics)
+        return metrics
+    finally:
+        if writer is not None:
+            writer.release()
