@@ -22,7 +22,6 @@ between the softmax of candidate 0 over the item's candidates and the human rati
 fewer than two candidates name the file, the line and the field.
 """
 
-import gzip
 import json
 import logging
 import math
@@ -31,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..data.jsonl import read_jsonl
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
 
 logger = logging.getLogger(__name__)
@@ -134,10 +134,6 @@ TASKS = {
 ENTITY_TRACKING_FILES = ("regular", "ambiref", "move_contents")
 
 
-def _open(path: Path):
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
-
-
 def resolve_data(data: str | Path) -> Path:
     """The local folder of the evaluation data: `data` itself, or for a Hub dataset id (owner/name) that is not a
     local folder, its snapshot (downloaded once into the Hub cache)."""
@@ -193,18 +189,8 @@ def read_task(task: str, folder: Path) -> list[Item]:
         raise FileNotFoundError(f"{folder}: no .jsonl or .jsonl.gz files for task {task}")
     items = []
     for path in files:
-        with _open(path) as handle:
-            for number, line in enumerate(handle, 1):
-                where = f"{path}:{number}"
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as error:
-                    raise ValueError(f"{where}: not JSON ({error.msg})") from None
-                if not isinstance(record, dict):
-                    raise ValueError(f"{where}: a record must be a JSON object")
-                items.append(TASKS[task].read(record, path, where))
+        for number, record in read_jsonl(path):
+            items.append(TASKS[task].read(record, path, f"{path}:{number}"))
     return items
 
 
