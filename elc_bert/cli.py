@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
 from .training.config import describe_config, load_config, named_config
 
 # What a user can fix in their input: exit 2, like argparse's usage errors. Anything else is a runtime failure: 1.
@@ -169,10 +170,11 @@ def main(argv=None):
     except Exception as error:
         if args.debug or os.environ.get("ELC_BERT_DEBUG") == "1":
             raise
-        kind = "error" if isinstance(error, INPUT_ERRORS) else f"failed ({type(error).__name__})"
+        fixable = isinstance(error, INPUT_ERRORS) or getattr(error, "errno", None) in DISK_FULL_ERRNOS
+        kind = "error" if fixable else f"failed ({type(error).__name__})"
         message = str(error).strip() or type(error).__name__
         print(f"elc-bert {args.command}: {kind}: {message} (--debug shows the traceback)", file=sys.stderr)
-        sys.exit(2 if isinstance(error, INPUT_ERRORS) else 1)
+        sys.exit(2 if fixable else 1)
 
 
 @contextlib.contextmanager

@@ -19,16 +19,21 @@ and where that model's tokenizer is (`find_tokenizer`). Imports nothing from the
 layer may import it.
 """
 
+import contextlib
+import errno
 import hashlib
 import importlib
 import json
 import logging
 import os
 import re
+import shutil
 import socket
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
+
+from .models.loading import complete_safetensors
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +54,8 @@ GLUE = "glue"
 CLAIM = ".claimed"
 WRITER_LOCK = ".writer.lock"  # held by the one process that writes a run folder (`hold_run_folder`)
 WRITER = ".writer"  # who holds it: host and pid
+SAVING = ".saving"  # a temporary folder that a final model is saved into, then moved out of (`replacing_files`)
+STARTING_LOCK = ".starting.lock"  # held while a process checks a shared run's config (`starting_trials`)
 MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
 WORDS_CHECKPOINT = "words-"  # a pretraining run's model after N words: words-1M, words-10M, ...
 WORDS_SEEN = "words_seen.json"  # in a words-seen checkpoint: the words, milestone and step
@@ -104,12 +111,15 @@ def checkpoints(folder: str | Path) -> list[Path]:
 
 
 def has_work(folder: str | Path) -> bool:
-    """Whether `folder` holds work that running its job again would resume or reuse: a checkpoint or a finished
-    result at any depth (a finetune-ner trial's, a finetune-glue task's) or a finished run's metrics."""
+    """Whether `folder` holds work that running its job again would resume or reuse, at any depth: a checkpoint, a
+    kept model (a finetune-ner trial's best epoch, a finetune-glue task's), a finished result, a finished run's
+    metrics, or a trial claimed by a process (started, perhaps by a process running beside this one)."""
     folder = Path(folder)
     return (
         (folder / METRICS).exists()
         or any(folder.rglob(RESULT))
+        or any(folder.rglob(CLAIM))
+        or any(path.is_dir() for path in folder.rglob(MODEL))
         or any(path.is_dir() for path in folder.rglob(CHECKPOINT_PREFIX + "*"))
     )
 
@@ -127,6 +137,30 @@ def last_checkpoint(folder: str | Path) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def replacing_files(folder: str | Path, writes: bool = True):
+    """Yields a temporary folder (`folder/.saving`) to save files into; when the `with` block ends without an
+    error, each file saved there replaces its namesake in `folder` by a rename (atomic: a reader or a process killed
+    at any moment sees the old file or the new one whole, never one cut short), config.json last. A process that
+    `writes` nothing (not the main one of a distributed run) gets the path and moves nothing."""
+    folder = Path(folder)
+    scratch = folder / SAVING
+    if not writes:
+        yield scratch
+        return
+    if scratch.exists():  # left by a process killed while saving: never read, nothing to keep
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
+    try:
+        yield scratch
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)  # e.g. a full disk: the space comes back, the old files stay
+        raise
+    for path in sorted(scratch.iterdir(), key=lambda path: path.name == "config.json"):
+        os.replace(path, folder / path.name)
+    scratch.rmdir()
+
+
 def checkpoint_damage(checkpoint: Path) -> str | None:
     """What is wrong with a checkpoint folder, or None when it is complete. The Trainer writes trainer_state.json
     last, so a checkpoint without it is half-written; a weights or state file cut short is caught by its format
@@ -136,25 +170,11 @@ def checkpoint_damage(checkpoint: Path) -> str | None:
     except (OSError, ValueError):
         return f"no readable {TRAINER_STATE}"
     for path in sorted(checkpoint.iterdir()):
-        if path.suffix == ".safetensors" and not _complete_safetensors(path):
+        if path.suffix == ".safetensors" and not complete_safetensors(path):
             return f"{path.name} is cut short"
         if path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
             return f"{path.name} is cut short"
     return None
-
-
-def _complete_safetensors(path: Path) -> bool:
-    size = path.stat().st_size
-    with open(path, "rb") as file:
-        header_size = int.from_bytes(file.read(8), "little")
-        if size < 8 or header_size > size - 8:
-            return False
-        try:
-            header = json.loads(file.read(header_size))
-        except ValueError:
-            return False
-    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
-    return size >= 8 + header_size + max(ends, default=0)
 
 
 def fingerprint(model_dir: str | Path) -> str:
@@ -290,11 +310,16 @@ def mean_depth_profiles(run_dir: str | Path) -> dict[int, tuple[int, list[float]
     }
 
 
-def hold_run_folder(run_dir: str | Path, job: str):
-    """Takes the run folder for this process alone: an exclusive lock (`filelock`, released by the system when the
-    process ends, however it ends) on `run_dir/.writer.lock`, held until `release()` is called on what this returns.
-    A folder another live process holds raises FileExistsError naming that process, before anything is written: two
-    runs in one folder would end with a model equal to neither."""
+@contextlib.contextmanager
+def hold_run_folder(run_dir: str | Path, job: str, writes: bool = True):
+    """Holds the run folder for this process alone while the `with` block runs: an exclusive lock (`filelock`,
+    released by the system when the process ends, however it ends) on `run_dir/.writer.lock`. A folder another live
+    process holds raises FileExistsError naming that process, before anything is written: two runs in one folder would
+    end with a model equal to neither. A process that `writes` nothing (not the main one of a distributed run) takes
+    no lock."""
+    if not writes:
+        yield
+        return
     import filelock
 
     run_dir = Path(run_dir)
@@ -308,8 +333,54 @@ def hold_run_folder(run_dir: str | Path, job: str):
             f"{run_dir} is being written by {holder} ({job}): one process per run folder. Wait for it to end, or "
             "choose another output_dir"
         ) from None
-    (run_dir / WRITER).write_text(f"{socket.gethostname()} pid {os.getpid()}\n")
-    return lock
+    try:
+        (run_dir / WRITER).write_text(f"{socket.gethostname()} pid {os.getpid()}\n")
+        yield
+    finally:
+        lock.release()
+
+
+# How a full disk shows: an OSError, the words of safetensors' Rust I/O error, or torch.save's zip writer failing
+# ("[enforce fail at inline_container.cc...] unexpected pos ...", naming no cause) on a disk with next to no space left.
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+DISK_FULL_WORDS = ("No space left on device", "os error 28", "Disk quota exceeded")
+ZIP_WRITER_FAILED = "inline_container.cc"
+NEXT_TO_NO_SPACE = 16 << 20  # bytes
+
+
+@contextlib.contextmanager
+def naming_full_disk(run_dir: str | Path):
+    """Turns a full disk while the `with` block writes into `run_dir` into an OSError (ENOSPC) that names the run
+    folder, the folder being written (that of the newest file, e.g. a checkpoint) and what to do; the libraries' own
+    errors name no file. What was cut short is passed over on resume (`last_checkpoint`, `replacing_files`)."""
+    try:
+        yield
+    except Exception as error:
+        full = isinstance(error, OSError) and error.errno in DISK_FULL_ERRNOS
+        full = full or any(words in str(error) for words in DISK_FULL_WORDS)
+        if ZIP_WRITER_FAILED in str(error) and Path(run_dir).is_dir():
+            full = full or shutil.disk_usage(run_dir).free < NEXT_TO_NO_SPACE
+        if not full:
+            raise
+        written = [path for path in Path(run_dir).rglob("*") if path.is_file() and not path.name.startswith(".")]
+        newest = max(written, key=lambda path: path.stat().st_mtime, default=Path(run_dir) / "-")
+        raise OSError(
+            errno.ENOSPC,
+            f"no space left on the disk of {run_dir} while writing into {newest.parent} ({str(error).strip()}). Free "
+            "some space and run the same command again: it resumes from the last whole checkpoint",
+        ) from error
+
+
+@contextlib.contextmanager
+def starting_trials(run_dir: str | Path):
+    """Holds `run_dir/.starting.lock` while the `with` block runs: processes that share out the trials of one run
+    check its config and claim their first trial one at a time, so that a second process started beside the first
+    sees the first's claim (`has_work`) and is held to its config."""
+    import filelock
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    with filelock.FileLock(str(Path(run_dir) / STARTING_LOCK), timeout=-1):
+        yield
 
 
 def claim(run_dir: Path) -> str | None:

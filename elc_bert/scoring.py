@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from . import runs
 from .data.tokenizer import load_tokenizer
 from .models import ElcBertForMaskedLM, LayerFusionForMaskedLM
-from .models.loading import check_weights_loaded, key_list, unloaded_weights
+from .models.loading import check_vocabulary, check_weights_loaded, key_list, load_pretrained, unloaded_weights
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     if kind is None:
         kind = language_model_kind(AutoConfig.from_pretrained(name_or_path)) or ("masked" if lm_head else None)
     auto_class = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM, None: AutoModel}[kind]
-    model, loading_info = auto_class.from_pretrained(name_or_path, output_loading_info=True)
+    model, loading_info = load_pretrained(auto_class, name_or_path)
     if not allow_unloaded_weights:
         hint = "Pass --allow-unloaded-weights (allow_unloaded_weights=True) to use it anyway."
         check_weights_loaded(name_or_path, model, loading_info, hint)
@@ -115,6 +115,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     if unloaded:
         logger.warning("%s: used although some weights did not load: %s", name_or_path, key_list(unloaded))
     tokenizer = load_tokenizer(tokenizer_source)
+    check_vocabulary(tokenizer, model, name_or_path)
     return model.eval(), tokenizer, kind
 
 

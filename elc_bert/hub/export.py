@@ -19,7 +19,7 @@ from pathlib import Path
 from elc_bert import runs
 from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
 from elc_bert.models import AUTO_CLASSES
-from elc_bert.models.loading import key_list
+from elc_bert.models.loading import cut_short_weights, key_list, load_pretrained
 
 from .remote_code import flat_name, remote_code_files
 
@@ -41,10 +41,16 @@ def has_model(folder: Path) -> bool:
 def find_model_dir(source: Path) -> Path:
     """The model folder of `source`: the folder itself when it holds config.json and weights (a model folder, or a
     pretraining run, which saves its final model at the top), else the run's best checkpoint as its last
-    `trainer_state.json` names it (`elc-bert mlm` keeps the best-validation one), else its last checkpoint."""
+    `trainer_state.json` names it (`elc-bert mlm` keeps the best-validation one), else its last checkpoint. Weights
+    cut short (a process killed while writing them) are passed over with a warning, for the last whole checkpoint."""
     if has_model(source):
-        return source
-    checkpoints = [p for p in runs.checkpoints(source) if has_model(p)]
+        damaged = cut_short_weights(source)
+        if damaged is None:
+            return source
+        logger.warning("%s is cut short: passed over for the run's last whole checkpoint (it stays as it is)", damaged)
+    checkpoints = [p for p in runs.checkpoints(source) if has_model(p) and cut_short_weights(p) is None]
+    if not checkpoints and has_model(source):
+        raise OSError(f"{cut_short_weights(source)} is cut short, and {source} holds no whole checkpoint to export")
     if not checkpoints:
         raise FileNotFoundError(
             f"{source}: no model here (config.json with {' or '.join(WEIGHT_FILES[::2])}) and no checkpoint-*/ "
@@ -278,7 +284,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
         tokenizer_source = runs.find_tokenizer(candidates)  # before the model loads: a missing one is named at once
     except FileNotFoundError as error:
         raise FileNotFoundError(f"{error}: pass --tokenizer") from None
-    model, info = model_class.from_pretrained(model_dir, output_loading_info=True)
+    model, info = load_pretrained(model_class, model_dir)
     if info["missing_keys"] or info["mismatched_keys"]:
         raise ValueError(
             f"{model_dir}: the weights do not fill {model_class.__name__} (missing {info['missing_keys']}, "

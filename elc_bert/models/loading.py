@@ -2,8 +2,12 @@
 
 `transformers` fills a weight that the checkpoint lacks with a random initialisation and only logs it; a model scored,
 analysed or wrapped in that state measures its random weights. Weights the library ties to another one (a decoder to
-the word embeddings) are not reported missing when their source loaded, so they never count here.
+the word embeddings) are not reported missing when their source loaded, so they never count here. A weights file cut
+short (a process killed while writing it, a full disk) is named before anything loads.
 """
+
+import json
+from pathlib import Path
 
 SHOWN_KEYS = 5
 
@@ -60,3 +64,51 @@ def check_weights_loaded(source, model, loading_info: dict, accept_hint: str) ->
     if problems:
         problems = "; ".join(problems)
         raise ValueError(f"{source}: the checkpoint does not fill {type(model).__name__}; {problems}. {accept_hint}")
+
+
+def complete_safetensors(path: Path) -> bool:
+    """Whether the safetensors file `path` holds all the data its header describes (a file cut short does not)."""
+    size = path.stat().st_size
+    with open(path, "rb") as file:
+        header_size = int.from_bytes(file.read(8), "little")
+        if size < 8 or header_size > size - 8:
+            return False
+        try:
+            header = json.loads(file.read(header_size))
+        except ValueError:
+            return False
+    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    return size >= 8 + header_size + max(ends, default=0)
+
+
+def cut_short_weights(folder) -> Path | None:
+    """The first safetensors file of the local folder `folder` that is cut short, or None (also for a Hub name)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    return next((path for path in sorted(folder.glob("*.safetensors")) if not complete_safetensors(path)), None)
+
+
+def load_pretrained(model_class, source, **kwargs):
+    """`model_class.from_pretrained(source, output_loading_info=True, **kwargs)`: the model and its loading info (for
+    `check_weights_loaded`). Weights of a local folder that are cut short raise OSError naming the file, instead of
+    the safetensors library's "incomplete metadata" that names none."""
+    damaged = cut_short_weights(source)
+    if damaged is not None:
+        raise OSError(
+            f"{damaged} is cut short ({damaged.stat().st_size} bytes, fewer than its header describes): the process "
+            "that wrote it was killed or the disk was full. Use an earlier checkpoint or save the model again"
+        )
+    return model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+
+
+def check_vocabulary(tokenizer, model, model_source) -> None:
+    """Raises a ValueError naming both folders when `tokenizer` gives ids beyond `model`'s input embeddings (a
+    tokenizer of another model): those ids have no embedding, and the model would fail on them mid-run. The tokenizer
+    is named by the folder it was loaded from (its `name_or_path`)."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"the tokenizer of {tokenizer.name_or_path} has {len(tokenizer)} tokens, but the model of {model_source} "
+            f"embeds {rows}: ids from {rows} on have no embedding. Use the model's own tokenizer (or one made for it)"
+        )

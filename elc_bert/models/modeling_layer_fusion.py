@@ -24,7 +24,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import LayerFusionConfig
-from .loading import check_fine_tuning_start, key_list, unloaded_weights
+from .loading import check_fine_tuning_start, key_list, load_pretrained, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
 from .transformers_compat import PreTrainedModel, can_return_tuple, create_bidirectional_mask, init
@@ -244,9 +244,7 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
         """
         load_kwargs = {"dtype": dtype, "attn_implementation": attn_implementation, "revision": revision, "token": token}
         load_kwargs = {key: value for key, value in load_kwargs.items() if value is not None}
-        pretrained, loading_info = cls._backbone_auto_class.from_pretrained(
-            backbone_name_or_path, output_loading_info=True, **load_kwargs
-        )
+        pretrained, loading_info = load_pretrained(cls._backbone_auto_class, backbone_name_or_path, **load_kwargs)
         if not allow_unloaded_weights:
             unloaded = unloaded_weights(loading_info)
             kept = {kind: [key for key in keys if not key.startswith("pooler.")] for kind, keys in unloaded.items()}

@@ -1,6 +1,7 @@
 """The `TrainingArguments` of every job and the callbacks they all use: what they all set, in one place."""
 
 import math
+import os
 from pathlib import Path
 
 import torch
@@ -21,6 +22,12 @@ def training_arguments(output_dir: str | Path, seed: int, overrides: dict, **job
     arguments.update(job)
     arguments.update(overrides)
     return TrainingArguments(**arguments)
+
+
+def writes_run_folder() -> bool:
+    """Whether this process writes the run folder: the only one, or the first of a `torchrun` / `accelerate launch`
+    (which set RANK), as the Trainer's `should_save` has it; known before the TrainingArguments exist."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 class CadenceFromArguments(TrainerCallback):

@@ -43,10 +43,10 @@ from transformers import (
 from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
 from ..data.tokenizer import load_tokenizer, save_tokenizer
-from ..models.loading import check_fine_tuning_start
+from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
+from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments, writes_run_folder
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -203,9 +203,10 @@ def task_files(task: GlueTask, folders: list[Path]) -> tuple[Path, dict[str, Pat
 def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
     labels = {"num_labels": task.num_labels, "problem_type": "single_label_classification"}
     source = resolve_model(config.model)
-    model, info = AutoModelForSequenceClassification.from_pretrained(source, output_loading_info=True, **labels)
+    model, info = load_pretrained(AutoModelForSequenceClassification, source, **labels)
     if not config.allow_unloaded_weights:
         check_fine_tuning_start(source, model, info, UNLOADED_HINT)
+    check_vocabulary(tokenizer, model, source)
     if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model
@@ -349,8 +350,15 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
     runs.resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
     tokenizer = load_tokenizer(runs.find_tokenizer([config.tokenizer or config.model]))
-    glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
-    save_config(config, runs.config_file(glue_dir, "finetune-glue"))
+    writer = runs.hold_run_folder(glue_dir, "finetune-glue", writes=writes_run_folder())  # one process per folder
+    with writer, runs.naming_full_disk(glue_dir):
+        if writes_run_folder():
+            glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
+            save_config(config, runs.config_file(glue_dir, "finetune-glue"))
+        return _finetune_tasks(config, folders, glue_dir, tokenizer)
+
+
+def _finetune_tasks(config: FinetuneGlueConfig, folders: list[Path], glue_dir: Path, tokenizer) -> dict:
     results, skipped = {}, {}
     for name in config.tasks:
         task = TASKS[name]

@@ -37,7 +37,7 @@ from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
-from ..models.loading import check_fine_tuning_start
+from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
 from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
@@ -212,8 +212,9 @@ class KeepBestModel(TrainerCallback):
         if metrics is None or metrics.get("eval_f1", -1.0) <= self.best:
             return
         self.best = metrics["eval_f1"]
-        model.save_pretrained(self.folder)
-        (self.folder / BEST_EPOCH).write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
+        with runs.replacing_files(self.folder) as folder:  # a kill while saving leaves the earlier best whole
+            model.save_pretrained(folder)
+            (folder / BEST_EPOCH).write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
 
 
 def build_model(config: FinetuneNerConfig, label_names: list[str]):
@@ -221,7 +222,7 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
     labels["label2id"] = {name: i for i, name in enumerate(label_names)}
     if config.fusion is None:
         source = resolve_model(config.model)
-        model, info = AutoModelForTokenClassification.from_pretrained(source, output_loading_info=True, **labels)
+        model, info = load_pretrained(AutoModelForTokenClassification, source, **labels)
         if not config.allow_unloaded_weights:
             check_fine_tuning_start(source, model, info, UNLOADED_HINT)
         if config.freeze_backbone:
@@ -316,25 +317,31 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "finetune-ner")
     data, truncated = prepare(config)
-    output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
-    save_config(config, runs.config_file(output_dir, "finetune-ner"))
+    # Processes started side by side share out the trials, under one config: each checks it and claims its first
+    # trial in turn, so the second sees the first's claim as work done under the config it must match.
+    with runs.starting_trials(output_dir):
+        save_config(config, runs.config_file(output_dir, "finetune-ner"))
+        task = claim_next_trial(config)
+    with runs.naming_full_disk(output_dir):
+        while task is not None:
+            run_trial(config, data, *task, callbacks)
+            task = claim_next_trial(config)
+        return write_results(config, truncated)  # with the trials that other processes finished meanwhile
+
+
+def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
+    """(N, trial) of the first trial that is neither finished nor run by another live process, now claimed by this
+    one (`runs.claim`); None when none is left."""
     for shots in config.shots:
         for trial in range(config.trials):
-            run_dir = runs.trial_dir(output_dir, shots, trial)
+            run_dir = runs.trial_dir(config.output_dir, shots, trial)
             if (run_dir / runs.RESULT).exists():
                 continue
             holder = runs.claim(run_dir)
-            if holder is not None:
-                logger.info(
-                    "N=%d trial %d: left to the process that runs it (%s, %s)",
-                    shots,
-                    trial,
-                    holder,
-                    run_dir / runs.CLAIM,
-                )
-                continue
-            run_trial(config, data, shots, trial, callbacks)
-    return write_results(config, truncated)  # with the trials that other processes finished meanwhile
+            if holder is None:
+                return shots, trial
+            logger.info("N=%d trial %d: left to the process that runs it (%s, %s)", shots, trial, holder, run_dir)
+    return None
 
 
 def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: Path, seed: int, callbacks):
@@ -376,6 +383,7 @@ def run_trial(config: FinetuneNerConfig, data: TrialData, shots: int, trial: int
     train = encode(sample, data.tokenizer, config.max_length)
     set_seed(seed)
     model = build_model(config, data.label_names)
+    check_vocabulary(data.tokenizer, model, config.model)
     if getattr(model.base_model, "feature_cache", None) is not None:
         model.base_model.fill_feature_cache(train, progress=False)  # one pass, batches of like lengths
     trainer = _trainer(config, data, model, train, run_dir, seed, callbacks)

@@ -24,10 +24,10 @@ from .. import runs
 from ..data.text import read_lines
 from ..data.tokenizer import load_tokenizer
 from ..models import FUSIONS, LayerFusionForMaskedLM
-from ..models.loading import check_fine_tuning_start
+from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
+from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments, writes_run_folder
 from .config import check_fields, config_field, save_config
 
 
@@ -112,7 +112,7 @@ def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> d
 
 def _model(config: MlmConfig, model_path: str):
     if config.fusion is None:
-        model, info = AutoModelForMaskedLM.from_pretrained(model_path, output_loading_info=True)
+        model, info = load_pretrained(AutoModelForMaskedLM, model_path)
         if not config.allow_unloaded_weights:
             check_fine_tuning_start(model_path, model, info, UNLOADED_HINT)
         return model
@@ -150,11 +150,18 @@ def mlm(config: MlmConfig) -> dict:
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
     test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
-    output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
-    save_config(config, runs.config_file(output_dir, "mlm"))
+    with runs.hold_run_folder(output_dir, "mlm", writes=writes_run_folder()), runs.naming_full_disk(output_dir):
+        if writes_run_folder():
+            output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
+            save_config(config, runs.config_file(output_dir, "mlm"))
+        return _train(config, model_path, tokenizer, train, validation, test)
 
+
+def _train(config: MlmConfig, model_path: str, tokenizer, train, validation, test) -> dict:
+    output_dir = Path(config.output_dir)
     set_seed(config.seed)
     model = _model(config, model_path)
+    check_vocabulary(tokenizer, model, model_path)
     arguments = training_arguments(
         output_dir,
         config.seed,

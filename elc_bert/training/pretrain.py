@@ -18,10 +18,13 @@ from ..data.pretraining import PACKINGS, SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
+from ..models.loading import check_weights_loaded, load_pretrained
 from ..plots import plot_curves
 from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
+
+INIT_FROM_SETS = ("preset", "tokenizer", "vocab_size", "min_frequency")  # what init_from's model and tokenizer set
 
 
 @dataclass
@@ -41,11 +44,17 @@ class PretrainConfig:
         None, "evaluate on this many validation samples, evenly spaced over all files (null: all)", bounds=">= 1"
     )
     data_dir: str = config_field(".", "the folder that train_files and validation_files are relative to")
-    preset: Literal[tuple(PRESETS)] = config_field("tiny", "the model size (ElcBertConfig.from_preset)")
+    preset: Literal[tuple(PRESETS)] | None = config_field(
+        None, "the model size (ElcBertConfig.from_preset); null: tiny, or init_from's model"
+    )
     model: dict = config_field({}, "ElcBertConfig overrides, e.g. layer_combination: residual", keys=ElcBertConfig)
     tokenizer: str | None = config_field(None, "an existing tokenizer; null: one is trained on the training files")
-    vocab_size: int = config_field(4096, "the vocabulary size of the tokenizer trained here", bounds=">= 1")
-    min_frequency: int = config_field(10, "the tokenizer's minimum frequency of a merge", bounds=">= 0")
+    vocab_size: int | None = config_field(
+        None, "the vocabulary size of the tokenizer trained here; null: 4096", bounds=">= 1"
+    )
+    min_frequency: int | None = config_field(
+        None, "the tokenizer's minimum frequency of a merge; null: 10", bounds=">= 0"
+    )
     seq_length: int = config_field(128, "tokens per training sample", bounds=">= 8")
     long_seq_length: int | None = config_field(
         None, "the recipe's switch to long samples (512) with batch_size / 4 for the last steps (null: none)"
@@ -113,8 +122,18 @@ class PretrainConfig:
                 raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps / torch_compile")
         if "vocab_size" in self.model:
             raise ValueError("model.vocab_size is set by the job (the tokenizer's size): use vocab_size")
-        if self.init_from is not None and self.tokenizer is not None:
-            raise ValueError("init_from brings its own tokenizer: leave tokenizer unset")
+        if self.init_from is not None:
+            # The model (its size) and its tokenizer come from init_from: these keys would be silently ignored.
+            meaningless = [name for name in INIT_FROM_SETS if getattr(self, name) is not None]
+            if meaningless:
+                raise ValueError(
+                    f"init_from {self.init_from} brings its own model size and tokenizer: leave "
+                    f"{', '.join(meaningless)} unset (null)"
+                )
+        else:
+            self.preset = self.preset or "tiny"
+            self.vocab_size = self.vocab_size or 4096
+            self.min_frequency = 10 if self.min_frequency is None else self.min_frequency
         if self.streaming:
             if not all(isinstance(entry, dict) for entry in self.train_files):
                 raise ValueError("streaming reads datasets: every train_files entry must be a dict (path: ...)")
@@ -269,7 +288,10 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
 def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
     # The MLM head runs on the masked positions only while pretraining (the saved model returns B x T x V logits).
     if config.init_from is not None:
-        model = ElcBertForMaskedLM.from_pretrained(config.init_from, sparse_prediction=True, **config.model)
+        model, info = load_pretrained(ElcBertForMaskedLM, config.init_from, sparse_prediction=True, **config.model)
+        # model: keys that change the architecture (depth, width, layer_combination) leave weights unloaded.
+        hint = "init_from continues that model as it is: leave the model: keys that change its architecture unset."
+        check_weights_loaded(f"init_from {config.init_from}", model, info, hint)
         if len(tokenizer) > model.config.vocab_size:
             raise ValueError(
                 f"init_from {config.init_from}: its tokenizer has {len(tokenizer)} tokens, the model's vocabulary "
@@ -498,7 +520,8 @@ def _save_run(trainer: Trainer, model, tokenizer, output_dir: Path, metrics: dic
     """The model (returning B x T x V logits again), and from the main process its tokenizer, fingerprint, metrics
     and loss curves."""
     model.config.sparse_prediction = False
-    trainer.save_model(str(output_dir))
+    with runs.replacing_files(output_dir, writes=trainer.is_world_process_zero()) as folder:
+        trainer.save_model(str(folder))  # a kill while saving leaves the earlier files (and checkpoints) whole
     if not trainer.is_world_process_zero():
         return
     save_tokenizer(tokenizer, output_dir)
@@ -523,42 +546,41 @@ def pretrain(config: PretrainConfig) -> dict:
     parts = args.world_size * args.gradient_accumulation_steps
     _check_batches(config, parts)
     # One process writes the folder (the main one under torchrun): a second run started on it is refused.
-    writer = runs.hold_run_folder(output_dir, "pretrain") if args.should_save else None
-    try:
+    with runs.hold_run_folder(output_dir, "pretrain", writes=args.should_save), runs.naming_full_disk(output_dir):
         if args.should_save:
             output_dir.mkdir(parents=True, exist_ok=True)
             save_config(config, runs.config_file(output_dir, "pretrain"))
+        return _train(config, args, output_dir, parts)
 
-        # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
-        with args.main_process_first(desc="data preparation"):
-            tokenizer, phases, validation = _prepared_data(config, output_dir)
-        train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
-        step_sequences = [size for _, size, steps in phases for _ in range(steps)]
-        torch.manual_seed(config.seed)
-        model = _model(config, tokenizer)
-        trainer = Trainer(
-            model=model,
-            args=args,
-            train_dataset=train_dataset,
-            eval_dataset=_validation_rows(config, validation),
-            data_collator=BatchRowCollator(_masking(config, tokenizer)),
-            optimizers=_optimizers(config, model),
-            callbacks=[
-                CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
-                StopOnNonFiniteLoss(),
-                CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
-            ],
-        )
-        checkpoint = runs.last_checkpoint(output_dir)
-        first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
-        result = trainer.train(resume_from_checkpoint=checkpoint)
-        metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
-        if real_token_share is not None:
-            metrics["real_token_share"] = real_token_share
-        if trainer.eval_dataset is not None:
-            metrics.update(trainer.evaluate())
-        _save_run(trainer, model, tokenizer, output_dir, metrics)
-        return metrics
-    finally:
-        if writer is not None:
-            writer.release()
+
+def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
+    # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
+    with args.main_process_first(desc="data preparation"):
+        tokenizer, phases, validation = _prepared_data(config, output_dir)
+    train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
+    step_sequences = [size for _, size, steps in phases for _ in range(steps)]
+    torch.manual_seed(config.seed)
+    model = _model(config, tokenizer)
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=_validation_rows(config, validation),
+        data_collator=BatchRowCollator(_masking(config, tokenizer)),
+        optimizers=_optimizers(config, model),
+        callbacks=[
+            CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
+            StopOnNonFiniteLoss(),
+            CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
+        ],
+    )
+    checkpoint = runs.last_checkpoint(output_dir)
+    first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
+    result = trainer.train(resume_from_checkpoint=checkpoint)
+    metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
+    if real_token_share is not None:
+        metrics["real_token_share"] = real_token_share
+    if trainer.eval_dataset is not None:
+        metrics.update(trainer.evaluate())
+    _save_run(trainer, model, tokenizer, output_dir, metrics)
+    return metrics
