@@ -3,11 +3,12 @@ typed dataclasses, every bad key or value refused by name."""
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig
+from transformers import AutoConfig, TrainingArguments
 
 import elc_bert
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, LtgBertConfig
@@ -242,8 +243,8 @@ def test_values_take_their_declared_types(tmp_path):
     assert _load(tmp_path, "ner", ["shots=8"]).shots == [8]  # a single value for a list of one
     mlm = _load(tmp_path, "mlm", ["epochs=2", "max_train_blocks=10"])
     assert type(mlm.epochs) is float and mlm.max_train_blocks == 10
-    glue = _load(tmp_path, "glue", ["eval_steps=200", "output_dir=2024", "training.warmup_steps=1e2"])
-    assert glue.eval_steps == 200 and glue.output_dir == "2024" and glue.training == {"warmup_steps": 100.0}
+    glue = _load(tmp_path, "glue", ["eval_steps=200", "output_dir=2024", "training.max_grad_norm=1e2"])
+    assert glue.eval_steps == 200 and glue.output_dir == "2024" and glue.training == {"max_grad_norm": 100.0}
 
 
 BAD_VALUES = [
@@ -375,8 +376,8 @@ def test_a_resumed_pretraining_run_may_change_how_it_checkpoints_but_not_what_it
     (run / "checkpoint-600").mkdir()
     bookkeeping = ["training.save_steps=200", "training.logging_steps=7", "training.disable_tqdm=true"]
     save_config(_load(tmp_path, "pretrain", bookkeeping, extra), saved)
-    with pytest.raises(ValueError, match=r"training\.warmup_steps: None -> 5"):
-        save_config(_load(tmp_path, "pretrain", ["training.warmup_steps=5"], extra), saved)
+    with pytest.raises(ValueError, match=r"training\.max_grad_norm: None -> 5"):
+        save_config(_load(tmp_path, "pretrain", ["training.max_grad_norm=5"], extra), saved)
     with pytest.raises(ValueError, match=r"model\.layer_combination: 'elc' -> 'residual'"):
         save_config(_load(tmp_path, "pretrain", ["model.layer_combination=residual"], extra), saved)
 
@@ -406,17 +407,21 @@ def test_a_few_shot_or_glue_run_with_finished_work_refuses_another_config(tmp_pa
 
 
 def test_training_arguments_have_one_owner(tmp_path):
-    """Every job's TrainingArguments come from `training_arguments`: the shared settings, then the job's, then the
-    user's `training.*` keys, which win over both."""
+    """Every job's TrainingArguments come from `training_arguments`: the shared settings, then the job's defaults,
+    then the user's `training.*` keys, which win over both, then the fields the job owns (set from its own keys)."""
     from elc_bert.training.arguments import training_arguments
+    from elc_bert.training.mlm import MlmConfig
 
     accelerator = torch.accelerator.current_accelerator() is not None
-    args = training_arguments(tmp_path / "run", 7, {}, logging_steps=5, save_strategy="no")
+    config = MlmConfig(output_dir="o", model="m", data_dir="d")
+    args = training_arguments(config, tmp_path / "run", {"seed": 7}, logging_steps=5, save_strategy="no")
     assert (args.output_dir, args.seed, args.logging_steps) == (str(tmp_path / "run"), 7, 5)
     assert args.report_to == [] and args.dataloader_pin_memory == accelerator
-    overrides = {"logging_steps": 2, "seed": 3, "dataloader_pin_memory": not accelerator}
-    args = training_arguments(tmp_path / "run", 7, overrides, logging_steps=5, save_strategy="no")
-    assert (args.logging_steps, args.seed, args.dataloader_pin_memory) == (2, 3, not accelerator)
+    config.training = {"logging_steps": 2, "dataloader_pin_memory": not accelerator}
+    args = training_arguments(config, tmp_path / "run", {"seed": 7}, logging_steps=5, save_strategy="no")
+    assert (args.logging_steps, args.seed, args.dataloader_pin_memory) == (2, 7, not accelerator)
+    with pytest.raises(RuntimeError, match=r"training_owned does not name \['logging_steps'\]"):
+        training_arguments(config, tmp_path / "run", {"logging_steps": 3})
     training = Path(elc_bert.__file__).parent / "training"
     builders = [path.name for path in training.glob("*.py") if "TrainingArguments(" in path.read_text()]
     assert builders == ["arguments.py"]
@@ -436,3 +441,46 @@ def test_a_malformed_override_names_the_config_file(tmp_path):
         _load(tmp_path, "ner", ["model.x=1"])
     with pytest.raises(ValueError, match=r"ner\.yaml \+ overrides: override 'epochs' is not key=value"):
         _load(tmp_path, "ner", ["epochs"])
+
+
+TRAINING_FIELDS = {field.name for field in dataclasses.fields(TrainingArguments)}
+# a value of the field's type for each owned field (1 for the numbers)
+OWNED_VALUES = {
+    "eval_strategy": "steps",
+    "save_strategy": "steps",
+    "lr_scheduler_type": "constant",
+    "lr_scheduler_kwargs": "{}",
+    "optim": "adamw_torch",
+    "optim_args": "x",
+    "metric_for_best_model": "loss",
+    "train_sampling_strategy": "random",
+    "load_best_model_at_end": "true",
+    "greater_is_better": "true",
+    "remove_unused_columns": "true",
+    "torch_compile": "true",
+}
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_every_training_field_a_job_sets_has_one_source(tmp_path, job):
+    """A `training.*` key for a TrainingArguments field the job sets from its own keys is refused, naming the job's
+    key: `elc-bert pretrain training.learning_rate=0.5 training.lr_scheduler_type=constant training.seed=7` trained
+    with the job's own learning rate, schedule and masking seed. Every field any job passes as its own is declared
+    (`training_arguments` raises otherwise, and the job tests run every job through it)."""
+    config_class = JOBS[job][0]
+    for field, key in config_class.training_owned.items():
+        assert field in TRAINING_FIELDS, field
+        with pytest.raises(ValueError, match=rf"training\.{field} is set by the job: use {re.escape(key)}"):
+            _load(tmp_path, job, [f"training.{field}={OWNED_VALUES.get(field, 1)}"])
+    # the defaults a job sets stay the user's to change
+    assert _load(tmp_path, job, ["training.logging_steps=3"]).training == {"logging_steps": 3}
+
+
+def test_the_settings_the_issue_named_are_refused(tmp_path):
+    overrides = ["training.learning_rate=0.5", "training.lr_scheduler_type=constant", "training.seed=7"]
+    with pytest.raises(ValueError) as refused:
+        _load(tmp_path, "pretrain", overrides)
+    message = str(refused.value)
+    assert "training.learning_rate is set by the job: use learning_rate" in message
+    assert "training.lr_scheduler_type is set by the job: use warmup_ratio and final_lr_ratio" in message
+    assert "training.seed is set by the job: use seed" in message

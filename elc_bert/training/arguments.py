@@ -8,19 +8,25 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 
-def training_arguments(output_dir: str | Path, seed: int, overrides: dict, **job) -> TrainingArguments:
+def training_arguments(config, output_dir: str | Path, owned: dict, **defaults) -> TrainingArguments:
     """A job's TrainingArguments: the settings every job shares (no logging integrations, pinned memory only with an
-    accelerator), then the job's own `job` arguments, then the user's `training.*` `overrides`, which win.
-    Creating them sets up the process group under torchrun / accelerate launch."""
+    accelerator), then the job's `defaults`, then the user's `config.training` keys, which win over both, then the
+    fields the job sets from its own keys (`owned`: the seed, the learning rate, ...). Each setting has one source:
+    a `training.*` key for an owned field is refused when the config is made (`config.check_fields`, from the config
+    class's `training_owned`, which must name every field a job passes as owned). Creating them sets up the
+    process group under torchrun / accelerate launch."""
+    undeclared = sorted(set(owned) - set(type(config).training_owned))
+    if undeclared:
+        raise RuntimeError(f"{type(config).__name__}.training_owned does not name {undeclared}, which the job sets")
     arguments = dict(
         output_dir=str(output_dir),
-        seed=seed,
         report_to=[],
         logging_nan_inf_filter=False,  # a diverged loss is logged as it is (`StopOnNonFiniteLoss` stops the run)
         dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )
-    arguments.update(job)
-    arguments.update(overrides)
+    arguments.update(defaults)
+    arguments.update(config.training)
+    arguments.update(owned)
     return TrainingArguments(**arguments)
 
 

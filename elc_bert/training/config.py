@@ -59,7 +59,9 @@ def config_field(default=dataclasses.MISSING, help: str = "", *, bounds: str | N
 
 def check_fields(config) -> None:
     """Converts each field of the dataclass instance `config` to its declared type and checks its bounds and, for a
-    mapping, its keys; raises ValueError naming the (dotted) key, what it must be and the value."""
+    mapping, its keys; raises ValueError naming the (dotted) key, what it must be and the value. A `training.*` key
+    for a TrainingArguments field that the job sets itself (the class's `training_owned`: {field: the job key that
+    sets it}) is refused naming the job's key: it would be ignored, or fight the job's own setting."""
     types_ = _field_types(type(config))
     for field in dataclasses.fields(config):
         key, value = field.name, getattr(config, field.name)
@@ -71,6 +73,10 @@ def check_fields(config) -> None:
                     where = bounds if bounds[0] in "<>" else f"in {bounds}"
                     raise ValueError(f"{key} must be {where}, got {value!r}")
         setattr(config, key, value)
+    owned = getattr(type(config), "training_owned", {})
+    taken = [name for name in getattr(config, "training", {}) if name in owned]
+    if taken:  # one source per setting: the job's own key
+        raise ValueError("; ".join(f"training.{name} is set by the job: use {owned[name]}" for name in taken))
 
 
 def convert(value, annotation, key: str, keys=None):

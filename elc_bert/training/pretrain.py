@@ -24,6 +24,7 @@ from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_argum
 from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
+SCHEDULE = "warmup_ratio and final_lr_ratio (the job's warm-up + cosine schedule)"
 INIT_FROM_SETS = ("preset", "tokenizer", "vocab_size", "min_frequency")  # what init_from's model and tokenizer set
 
 
@@ -102,6 +103,22 @@ class PretrainConfig:
     )
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
     # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
+    # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused): the
+    # optimizer and its schedule are built from the job's keys, the batches drawn by the job.
+    training_owned: ClassVar[dict[str, str]] = {
+        "seed": "seed",
+        "max_steps": "max_steps",
+        "num_train_epochs": "max_steps",
+        "per_device_train_batch_size": "batch_size",
+        "per_device_eval_batch_size": "batch_size",
+        "train_sampling_strategy": "batch_size (the job draws its own batches)",
+        "remove_unused_columns": "nothing: the job's batches need every column",
+        "torch_compile": "torch_compile",
+        "learning_rate": "learning_rate",
+        "weight_decay": "weight_decay",
+        **dict.fromkeys(("lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps"), SCHEDULE),
+        **dict.fromkeys(("optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon"), "optimizer"),
+    }
     may_change: ClassVar[tuple[str, ...]] = (
         *(f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")),
         "checkpoint_words",
@@ -116,10 +133,6 @@ class PretrainConfig:
                 raise ValueError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
             if self.batch_size % 4:
                 raise ValueError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
-        job_fields = ("per_device_train_batch_size", "per_device_eval_batch_size", "train_sampling_strategy")
-        for name in (*job_fields, "max_steps", "torch_compile"):
-            if name in self.training:
-                raise ValueError(f"training.{name} is set by the job: use batch_size / max_steps / torch_compile")
         if "vocab_size" in self.model:
             raise ValueError("model.vocab_size is set by the job (the tokenizer's size): use vocab_size")
         if self.init_from is not None:
@@ -304,21 +317,24 @@ def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
 
 def _training_arguments(config: PretrainConfig, output_dir: Path, has_validation: bool) -> TrainingArguments:
     """The job's TrainingArguments: one row per micro-batch, read in the order the job chose."""
-    return training_arguments(
-        output_dir,
-        config.seed,
-        config.training,
+    owned = dict(
+        seed=config.seed,
         max_steps=config.max_steps,
         per_device_train_batch_size=1,  # a row is a whole micro-batch
         per_device_eval_batch_size=1,
         train_sampling_strategy="sequential",
+        remove_unused_columns=False,
+        torch_compile=config.torch_compile,
+    )
+    return training_arguments(
+        config,
+        output_dir,
+        owned,
         max_grad_norm=2.0,
         logging_steps=max(1, config.max_steps // 50),
         save_steps=max(1, config.max_steps // 5),
         eval_strategy="steps" if has_validation else "no",
         eval_steps=max(1, config.max_steps // 5),
-        remove_unused_columns=False,
-        torch_compile=config.torch_compile,
         # Without an accelerator, accelerate sets up data parallelism (gloo) only when told to use the CPU.
         use_cpu=torch.accelerator.current_accelerator() is None,
     )
