@@ -24,6 +24,7 @@ import yaml
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from elc_bert.intervals import mean_and_interval  # noqa: E402
 from elc_bert.plots import plot_depth_profile  # noqa: E402
 from elc_bert.runs import mean_depth_profiles  # noqa: E402
 from elc_bert.training.config import load_config  # noqa: E402
@@ -65,7 +66,7 @@ def run(plan: dict, train: list[str], heads: list[str], report: bool = False) ->
 def cell(result: dict | None) -> str:
     if result is None:
         return "not run yet"
-    text = f"{100 * result['mean']:.1f} +- {100 * result['ci95']:.1f}"
+    text = mean_and_interval(result["mean"], result["ci95"])
     done = len(result["best_dev_f1"])
     if done < result.get("of", done):
         values = ", ".join(f"{100 * v:.1f}" for v in result["best_dev_f1"])
@@ -109,7 +110,7 @@ def write(results: dict, plan: dict, results_dir: Path):
             summary = result["summary"]
             shots = [s for s in result["shots"] if f"n{s}" in summary]
             means = [100 * summary[f"n{s}"]["mean"] for s in shots]
-            errors = [100 * summary[f"n{s}"]["ci95"] for s in shots]
+            errors = [100 * (summary[f"n{s}"]["ci95"] or 0.0) for s in shots]  # one trial: no bar
             axis.errorbar(shots, means, yerr=errors, marker="o", capsize=3, label=head)
         axis.set(title=name, xlabel="N", ylabel="best dev F1", xscale="log")
         axis.legend()
@@ -158,7 +159,7 @@ def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
         for offset, (label, index) in zip((-width / 2, width / 2), (("FE", 0), ("FT", 1))):
             results_at = [pair(head, n)[index] for head in heads]
             means = [100 * r["mean"] if r else 0.0 for r in results_at]
-            errors = [100 * r["ci95"] if r else 0.0 for r in results_at]
+            errors = [100 * (r["ci95"] or 0.0) if r else 0.0 for r in results_at]
             positions = [i + offset for i in range(len(heads))]
             axis.bar(positions, means, width, yerr=errors, capsize=3, label=label)
         axis.set_xticks(range(len(heads)), heads)

@@ -2,9 +2,7 @@
 
 import json
 import logging
-import math
 import socket
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -12,17 +10,9 @@ from pathlib import Path
 import pytest
 from transformers import TrainerCallback
 
-from elc_bert.training.finetune_ner import FinetuneNerConfig, confidence_interval, finetune_ner
+from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-def test_confidence_interval_is_the_t_interval():
-    values = [0.5, 0.6, 0.7]
-    mean, half = confidence_interval(values)
-    assert mean == pytest.approx(0.6)
-    assert half == pytest.approx(4.303 * statistics.stdev(values) / math.sqrt(3))
-    assert confidence_interval([0.4]) == (0.4, 0.0)
 
 
 class _WriteWhenTrainingEnds(TrainerCallback):
@@ -433,4 +423,4 @@ def test_the_cli_prints_the_results_table(tmp_path, capsys):
     main(["finetune-ner", str(config)])
     out = capsys.readouterr().out
     assert out == (tmp_path / "ner" / "results.md").read_text()
-    assert "| 6 | 50.0 +- 0.0 | 50.0 | - |" in out
+    assert "| 6 | 50.0 (one trial, no interval) | 50.0 | - |" in out

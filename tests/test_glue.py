@@ -16,14 +16,7 @@ from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
 from elc_bert.cli import main
 from elc_bert.data.glue import BABYLM_ENTRIES, TASKS, read_task_file
 from elc_bert.evaluation.scorecard import GLUE_ENTRIES
-from elc_bert.training.finetune_glue import (
-    FinetuneGlueConfig,
-    accuracy,
-    binary_f1,
-    finetune_glue,
-    matthews_corrcoef,
-    multirc_scores,
-)
+from elc_bert.training.finetune_glue import FinetuneGlueConfig, finetune_glue, multirc_scores, task_metrics
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 GLUE = SHARED / "babylm_eval_2024" / "glue_filtered"
@@ -67,6 +60,18 @@ def naive_f1(labels, predictions):
         return 0.0
     precision, recall = tp / predicted, tp / gold
     return 2 * precision * recall / (precision + recall)
+
+
+def matthews_corrcoef(labels, predictions):  # as the job computes it (scikit-learn's)
+    return task_metrics(TASKS["cola"], labels, predictions)["mcc"]
+
+
+def binary_f1(labels, predictions):
+    return task_metrics(TASKS["mrpc"], labels, predictions)["f1"]
+
+
+def accuracy(labels, predictions):
+    return task_metrics(TASKS["rte"], labels, predictions)["accuracy"]
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -3,6 +3,7 @@
 imports another."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "elc_bert"
@@ -41,3 +42,19 @@ def test_imports_point_one_way():
                 f"{path.relative_to(PACKAGE)} ({layer}) imports upward: {sorted(parts & (JOB_LAYERS | {'cli'}))}"
             )
     assert not wrong, "\n".join(wrong)
+
+
+def test_fusion_kinds_are_read_from_their_registry():
+    """What a fusion kind is (its name, description, whether it has depth weights) is answered by
+    `models.configuration_layer_fusion.FUSIONS`: outside the model that computes them, no code compares the kind
+    with a string literal or keeps its own table of kinds."""
+    pattern = re.compile(r"""fusion\s*(==|!=)\s*["']|["']dwatt["']\s*:""")
+    owners = {"models/configuration_layer_fusion.py", "models/modeling_layer_fusion.py"}
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() not in owners
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ..models import FUSIONS
 from ..scoring import DEFAULT_BATCH_TOKENS, language_model_kind, token_pseudo_log_likelihoods
 from .interventions import STRATEGIES, apply_layer_plan, layer_list, num_layers, painters_plan, skip_plan
 
@@ -286,6 +287,6 @@ def depth_profiles(model, batches: list[dict]) -> dict:
     profiles = {}
     if hasattr(model, "layer_weights") and getattr(model.config, "layer_combination", None) == "elc":
         profiles["alpha"] = model.layer_weights().tolist()
-    if getattr(model.config, "fusion", None) == "dwatt":
+    if getattr(model.config, "fusion", None) in FUSIONS and FUSIONS[model.config.fusion].depth_weights:
         profiles["dwatt_depth_weights"] = model.base_model.mean_depth_weights(batches)
     return profiles

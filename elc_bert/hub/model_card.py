@@ -22,7 +22,8 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 import elc_bert
 from elc_bert import plots, runs
-from elc_bert.models import AUTO_CLASSES, ElcBertModel, LayerFusionModel
+from elc_bert.intervals import mean_and_interval
+from elc_bert.models import AUTO_CLASSES, FUSIONS, ElcBertModel, LayerFusionModel
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
@@ -57,17 +58,6 @@ EXAMPLES = {
         '\ninputs = tokenizer("A short sentence .", return_tensors="pt")\n'
         "states = model(**inputs).last_hidden_state  # B x T x D"
     ),
-}
-FUSIONS = {
-    "dwatt": (
-        "DWAtt (depth-wise attention)",
-        "Each token attends over the depth of the backbone: a query from z_L scores fixed random depth embeddings, "
-        "and the weighted sum of per-layer value MLPs is added to z_L.",
-    ),
-    "concat": ("Concat", "One linear map of the concatenated states of all layers."),
-    "average": ("Average", "The mean of the states of all layers."),
-    "last": ("Last", "The backbone's last layer alone (the plain baseline)."),
-    "extra_layers": ("Base+n", "Extra freshly initialised layers of the backbone's own kind on top of z_L."),
 }
 
 
@@ -265,7 +255,7 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult]
                 label = f"{measure}, N={key[1:]} {unit}, mean of {len(value.get(values, []))} trials"
                 results += _results(task, dataset, split, [("f1", label, value[mean])])
                 per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get(values, []))
-                rows.append(f"| {label} | {100 * value[mean]:.1f} +- {100 * value[ci95]:.1f} ({per_trial}) |")
+                rows.append(f"| {label} | {mean_and_interval(value[mean], value[ci95])} ({per_trial}) |")
     return results, rows
 
 
@@ -377,7 +367,7 @@ def _architecture(model, templates_dir: Path, num_parameters: str) -> str:
     config, model_class = model.config, type(model).__name__
     if isinstance(model.base_model, LayerFusionModel):
         backbone = config.backbone_config
-        name, description = FUSIONS[config.fusion]
+        name, description, _ = FUSIONS[config.fusion]
         return _fill(
             templates_dir,
             "architecture_layer_fusion.md",

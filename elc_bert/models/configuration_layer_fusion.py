@@ -1,11 +1,34 @@
 """Configuration of the layer-fusion heads (ElNokrashy et al., "Depth-Wise Attention (DWAtt)", arXiv 2209.15168)."""
 
+from typing import NamedTuple
+
 from transformers import AutoConfig
 
 from .configuration_elc_bert import ElcBertConfig, fields_into_constructor
 from .transformers_compat import PreTrainedConfig, SubConfigSpec, strict
 
-FUSIONS = ("dwatt", "concat", "average", "last", "extra_layers")
+
+class Fusion(NamedTuple):
+    """What a fusion kind (`LayerFusionConfig.fusion`) is: the one place the model, the jobs, the analysis and the
+    model cards read it from."""
+
+    name: str  # as the papers and result tables call it
+    description: str  # one sentence, for model cards
+    depth_weights: bool = False  # it weighs the fused states per token (`mean_depth_weights`, depth profiles)
+
+
+FUSIONS = {
+    "dwatt": Fusion(
+        "DWAtt (depth-wise attention)",
+        "Each token attends over the depth of the backbone: a query from z_L scores fixed random depth embeddings, "
+        "and the weighted sum of per-layer value MLPs is added to z_L.",
+        depth_weights=True,
+    ),
+    "concat": Fusion("Concat", "One linear map of the concatenated states of all layers."),
+    "average": Fusion("Average", "The mean of the states of all layers."),
+    "last": Fusion("Last", "The backbone's last layer alone (the plain baseline)."),
+    "extra_layers": Fusion("Base+n", "Extra freshly initialised layers of the backbone's own kind on top of z_L."),
+}
 
 
 @strict
@@ -80,7 +103,7 @@ class LayerFusionConfig(PreTrainedConfig):
     def check_values(self):
         """Raises `ValueError` naming the first field whose value is invalid."""
         if self.fusion not in FUSIONS:
-            raise ValueError(f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
+            raise ValueError(f"fusion must be one of {tuple(FUSIONS)}, got {self.fusion!r}")
         if self.num_extra_layers < 1:
             raise ValueError(f"num_extra_layers must be >= 1, got {self.num_extra_layers}")
         if not 0 < self.bottleneck_ratio <= 8:
@@ -106,4 +129,4 @@ class LayerFusionConfig(PreTrainedConfig):
 LayerFusionConfig.register_for_auto_class()
 AutoConfig.register(ElcBertConfig.model_type, ElcBertConfig, exist_ok=True)
 
-__all__ = ["LayerFusionConfig", "FUSIONS"]
+__all__ = ["LayerFusionConfig", "FUSIONS", "Fusion"]

@@ -23,7 +23,7 @@ from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutp
 from transformers.utils import ModelOutput
 
 from .configuration_elc_bert import ElcBertConfig
-from .configuration_layer_fusion import LayerFusionConfig
+from .configuration_layer_fusion import FUSIONS, LayerFusionConfig
 from .loading import check_fine_tuning_start, key_list, load_pretrained, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
@@ -71,9 +71,10 @@ def fixed_layer_positions(num_states: int, dim: int) -> torch.Tensor:
 
 class DepthWiseAttention(nn.Module):
     """DWAtt: h = z_L + sum_n a_n v_n with v_n = LN_n(f_{V,n}(z_n)), k_n = W_K p_n, q = 1 + elu(z_L + f_Q(z_L)),
-    a = softmax_n(q . k_n). The depth embeddings p_n are fixed U[0, 1) vectors (a buffer, `fixed_layer_positions`)."""
+    a = softmax_n(q . k_n). The depth embeddings p_n are fixed U[0, 1) vectors (a buffer, `fixed_layer_positions`).
+    Like every fusion module (`FUSION_MODULES`), it is built from the config and the backbone (unused here)."""
 
-    def __init__(self, config: LayerFusionConfig):
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__()
         hidden = config.backbone_config.hidden_size
         inner = max(1, round(config.bottleneck_ratio * hidden))
@@ -103,7 +104,7 @@ class DepthWiseAttention(nn.Module):
 class ConcatFusion(nn.Module):
     """h = W [z_0; ...; z_L] + b: one linear map of the concatenated states (optionally + z_L)."""
 
-    def __init__(self, config: LayerFusionConfig):
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__()
         hidden = config.backbone_config.hidden_size
         self.proj = nn.Linear(config.num_fused_states * hidden, hidden)
@@ -153,6 +154,10 @@ class ExtraLayers(nn.Module):
             if stack is not None:
                 stack.write(slot, hidden_states)
         return hidden_states, None
+
+
+# The module of each fusion kind that has parameters (`FUSIONS` says what each kind is).
+FUSION_MODULES = {"dwatt": DepthWiseAttention, "concat": ConcatFusion, "extra_layers": ExtraLayers}
 
 
 class FeatureCache:
@@ -293,12 +298,8 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         super().__init__(config)
         backbone = backbone if backbone is not None else build_backbone(config.backbone_config, AutoModel)
         self.backbone = _without_pooler(backbone)
-        if config.fusion == "dwatt":
-            self.fusion = DepthWiseAttention(config)
-        elif config.fusion == "concat":
-            self.fusion = ConcatFusion(config)
-        elif config.fusion == "extra_layers":
-            self.fusion = ExtraLayers(config, self.backbone)
+        if config.fusion in FUSION_MODULES:  # the others (last, average) have no parameters
+            self.fusion = FUSION_MODULES[config.fusion](config, self.backbone)
         self.feature_cache = None
         self.post_init()
         self.apply_freezing()
@@ -467,7 +468,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         """DWAtt's depth profile: its weights over the S fused states (z_0 first when `fuse_embeddings`) averaged over
         the real tokens of `batches`, dicts holding `input_ids` and `attention_mask` (B x T; other keys are ignored).
         Runs in the model's current mode (call `eval()` first for the deterministic profile)."""
-        if self.config.fusion != "dwatt":
+        if not FUSIONS[self.config.fusion].depth_weights:
             raise ValueError(f"mean_depth_weights needs fusion='dwatt', not {self.config.fusion!r}")
         total, count = 0.0, 0
         for batch in batches:

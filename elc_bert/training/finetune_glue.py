@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -128,32 +129,6 @@ class FinetuneGlueConfig:
 
 
 # ------------------------------------------------------------------------------------------------------- metrics
-def accuracy(labels, predictions) -> float:
-    labels, predictions = np.asarray(labels), np.asarray(predictions)
-    return float((labels == predictions).mean())
-
-
-def binary_f1(labels, predictions, positive: int = 1) -> float:
-    """F1 of the positive class: 2 TP / (2 TP + FP + FN); 0 when there is no positive gold or guess."""
-    labels, predictions = np.asarray(labels), np.asarray(predictions)
-    tp = int(((predictions == positive) & (labels == positive)).sum())
-    wrong = int(((predictions == positive) != (labels == positive)).sum())  # FP + FN
-    return 2 * tp / (2 * tp + wrong) if tp + wrong else 0.0
-
-
-def matthews_corrcoef(labels, predictions) -> float:
-    """Matthews correlation for K classes (Gorodkin's R_K), from the confusion matrix C (rows gold, cols guessed):
-    (c s - sum_k p_k t_k) / sqrt((s^2 - sum_k p_k^2)(s^2 - sum_k t_k^2)), with c the correct count, s the total,
-    t_k the gold and p_k the guessed count of class k. 0 when either side is constant (as sklearn does)."""
-    labels, predictions = np.asarray(labels), np.asarray(predictions)
-    classes = np.union1d(labels, predictions)
-    gold = np.array([(labels == k).sum() for k in classes], dtype=np.float64)
-    guessed = np.array([(predictions == k).sum() for k in classes], dtype=np.float64)
-    correct, total = float((labels == predictions).sum()), float(len(labels))
-    denominator = np.sqrt((total**2 - (guessed**2).sum()) * (total**2 - (gold**2).sum()))
-    return float((correct * total - (guessed * gold).sum()) / denominator) if denominator > 0 else 0.0
-
-
 def multirc_scores(labels, predictions, question_ids) -> dict:
     """MultiRC's question-level exact match (every answer option of a question right) and F1 over answer options."""
     labels, predictions = np.asarray(labels), np.asarray(predictions)
@@ -161,16 +136,16 @@ def multirc_scores(labels, predictions, question_ids) -> dict:
     for label, guess, question in zip(labels, predictions, question_ids):
         by_question.setdefault(question, []).append(label == guess)
     exact = float(np.mean([all(rights) for rights in by_question.values()]))
-    return {"exact_match": exact, "f1a": binary_f1(labels, predictions)}
+    return {"exact_match": exact, "f1a": float(f1_score(labels, predictions, zero_division=0.0))}
 
 
 def task_metrics(task: GlueTask, labels, predictions) -> dict:
     """Every metric reported for `task` (fractions); `task.metric` is among them."""
-    metrics = {"accuracy": accuracy(labels, predictions)}
+    metrics = {"accuracy": float(accuracy_score(labels, predictions))}
     if task.metric == "mcc":
-        metrics["mcc"] = matthews_corrcoef(labels, predictions)
-    if task.metric == "f1":
-        metrics["f1"] = binary_f1(labels, predictions)
+        metrics["mcc"] = float(matthews_corrcoef(labels, predictions))
+    if task.metric == "f1":  # of the positive class (label 1); 0 when there is no positive gold or guess
+        metrics["f1"] = float(f1_score(labels, predictions, zero_division=0.0))
     return metrics
 
 

@@ -11,9 +11,7 @@ the label names, tokenizer): by default the best trial's of each N.
 
 import json
 import logging
-import math
 import shutil
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal, NamedTuple
@@ -36,6 +34,7 @@ from transformers import (
 from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..data.tokenizer import load_tokenizer, save_tokenizer
+from ..intervals import confidence_interval, mean_and_interval
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
@@ -46,7 +45,6 @@ from .config import check_fields, config_field, save_config
 logger = logging.getLogger(__name__)
 
 # t quantiles (two-sided 95%) for small numbers of trials; beyond the table, the normal quantile.
-_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
 
 
 @dataclass
@@ -73,7 +71,7 @@ class FinetuneNerConfig:
     scheme: Literal["iob1", "iob2"] = config_field("iob2", "the tag scheme of the CoNLL-03 files (iob1: the original)")
     language: str = config_field("en", "the WikiAnn language")
     wikiann_layout: Literal["rahimi", "xtreme"] = config_field("rahimi", "the WikiAnn files' layout")
-    fusion: Literal[FUSIONS] | None = config_field(
+    fusion: Literal[tuple(FUSIONS)] | None = config_field(
         "dwatt", "the layer fusion over the backbone's layers (null: fine-tune the model's own token classifier)"
     )
     fusion_options: dict = config_field(
@@ -121,15 +119,6 @@ class FinetuneNerConfig:
         for name in ("fusion", "freeze_backbone", "num_labels", "id2label", "label2id", "backbone_config"):
             if name in self.fusion_options:
                 raise ValueError(f"fusion_options.{name} is set by the job: use fusion / freeze_backbone")
-
-
-def confidence_interval(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the two-sided 95% t-interval (half-width 0 for a single value)."""
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, 0.0
-    quantile = _T95.get(len(values) - 1, 1.96)
-    return mean, quantile * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def load_data(config: FinetuneNerConfig):
@@ -430,7 +419,7 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
     one a card publishes."""
     scores = {}
     model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
-    if config.fusion == "dwatt":
+    if config.fusion is not None and FUSIONS[config.fusion].depth_weights:
         scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
     save_tokenizer(data.tokenizer, run_dir / runs.MODEL)
     runs.record_model(config.output_dir, run_dir / runs.MODEL)
@@ -505,9 +494,9 @@ def results_table(config: FinetuneNerConfig, summary: dict) -> str:
         entry = summary[f"n{shots}"]
         values, mean, half_width = (entry[key] for key in ("best_dev_f1", "mean", "ci95"))
         counted = f" ({len(values)} of {config.trials} trials)" if len(values) < config.trials else ""
-        test = f"{100 * entry['test_mean']:.1f} +- {100 * entry['test_ci95']:.1f}" if "test_mean" in entry else "-"
+        test = mean_and_interval(entry["test_mean"], entry["test_ci95"]) if "test_mean" in entry else "-"
         rows.append(
-            f"| {shots} | {100 * mean:.1f} +- {100 * half_width:.1f}{counted} "
+            f"| {shots} | {mean_and_interval(mean, half_width)}{counted} "
             f"| {', '.join(f'{100 * v:.1f}' for v in values)} | {test} |"
         )
     mode = "FE" if config.freeze_backbone else "FT"

@@ -56,7 +56,7 @@ class MlmConfig:
     }  # it does not change what is learned
     data_dir: str = config_field(help="WikiText-2's folder, a data root holding it, or a Hub dataset name")
     dataset_config: str | None = config_field(None, "the Hub dataset's configuration name, when data_dir is a Hub name")
-    fusion: Literal[FUSIONS] | None = config_field(
+    fusion: Literal[tuple(FUSIONS)] | None = config_field(
         "dwatt", "the layer fusion under the MLM head (null: fine-tune the model itself)"
     )
     freeze_backbone: bool = config_field(False, "train the fusion and head only")
