@@ -3,8 +3,9 @@
 `import elc_bert` registers every model family with the `transformers` Auto classes.
 """
 
+from .adapters import lora_config
 from .models import *  # noqa: F401,F403
 from .models import __all__ as _models_all
 
 __version__ = "0.1.0"
-__all__ = list(_models_all)
+__all__ = [*_models_all, "lora_config"]

@@ -1,0 +1,63 @@
+"""Adapters (PEFT) for the package's models: which modules LoRA adapts, and which train in full beside it.
+
+PEFT finds default LoRA targets by `model_type` in its own table, which has no entry for ELC-BERT, LTG-BERT or a
+layer-fusion model, and offers no supported way for a model outside transformers to add one; `lora_config` is the
+documented helper that returns the right `LoraConfig` instead. It also names the modules that start fresh (a fusion
+module, a task head) by their full paths in `modules_to_save`: PEFT matches those names as suffixes, and the obvious
+`"fusion"` also matches the fusion model's base model `layer_fusion`, so that PEFT would copy and train the whole
+backbone, while leaving it out leaves the fusion module frozen at its random initialisation.
+"""
+
+from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
+
+# LoRA targets of the package's encoders: the attention's query-key and value projections (PEFT's defaults for BERT
+# are its query and value).
+ELC_BERT_TARGETS = ("in_proj_qk", "in_proj_v")
+TASK_TYPES = {"ForTokenClassification": "TOKEN_CLS", "ForSequenceClassification": "SEQ_CLS"}
+
+
+def lora_config(model, r: int = 8, lora_alpha: int = 16, lora_dropout: float = 0.1, target_modules=None, **kwargs):
+    """A `peft.LoraConfig` for `model`, an ELC-BERT / LTG-BERT model or a layer-fusion model over any backbone:
+
+    - `target_modules` (default): the attention projections of the encoder (ELC/LTG-BERT: `in_proj_qk`,
+      `in_proj_v`; a fusion model's backbone of another type: PEFT's own defaults for that type, e.g. BERT's
+      `query`, `value`);
+    - `modules_to_save`: what starts fresh and trains in full, saved with the adapter: the task head (`classifier`)
+      and a fusion model's fusion module (`layer_fusion.fusion`: DWAtt, Concat or Base+n), by full path;
+    - `task_type` from the model's class (token or sequence classification; none for a masked LM).
+
+    Further keyword arguments go to `LoraConfig` (e.g. `bias`, `use_rslora`).
+
+        from peft import get_peft_model
+        model = get_peft_model(model, elc_bert.lora_config(model, r=16))
+    """
+    from peft import LoraConfig
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+
+    encoder = model
+    save = []
+    if isinstance(model, LayerFusionPreTrainedModel):
+        encoder = model.base_model.backbone
+        if hasattr(model.base_model, "fusion"):
+            save.append(f"{model.base_model_prefix}.fusion")
+    elif not isinstance(model, ElcBertPreTrainedModel):
+        raise TypeError(f"lora_config is for the package's models, not {type(model).__name__}: use peft's LoraConfig")
+    if target_modules is None:
+        if isinstance(encoder, ElcBertPreTrainedModel):
+            target_modules = list(ELC_BERT_TARGETS)
+        elif encoder.config.model_type in PEFT_TARGETS:
+            target_modules = list(PEFT_TARGETS[encoder.config.model_type])
+        else:
+            raise ValueError(f"no default LoRA targets for a {encoder.config.model_type} backbone: pass target_modules")
+    if hasattr(model, "classifier"):
+        save.append("classifier")
+    task_type = next((task for suffix, task in TASK_TYPES.items() if type(model).__name__.endswith(suffix)), None)
+    return LoraConfig(
+        r=r,
+        lora_alpha=lora_alpha,
+        lora_dropout=lora_dropout,
+        target_modules=target_modules,
+        modules_to_save=save or None,
+        task_type=task_type,
+        **kwargs,
+    )

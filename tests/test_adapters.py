@@ -1,0 +1,111 @@
+"""LoRA through PEFT on every head of the package (issue 37): `elc_bert.lora_config` names the targets PEFT cannot
+find for our model types, and trains and saves the modules that start fresh (a fusion module, a task head)."""
+
+import pytest
+import torch
+from conftest import TINY
+from transformers import BertConfig, BertModel
+
+import elc_bert
+from elc_bert import (
+    ElcBertConfig,
+    ElcBertForSequenceClassification,
+    ElcBertForTokenClassification,
+    LayerFusionForSequenceClassification,
+    LayerFusionForTokenClassification,
+)
+
+peft = pytest.importorskip("peft")
+
+BERT = dict(vocab_size=96, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=48)
+
+
+def _fusion_over(backbone_kind: str, head, tmp_path, fusion="dwatt"):
+    torch.manual_seed(0)
+    folder = tmp_path / backbone_kind
+    if backbone_kind == "bert":
+        BertModel(BertConfig(**BERT)).save_pretrained(folder)
+    else:
+        elc_bert.ElcBertModel(ElcBertConfig(**TINY)).save_pretrained(folder)
+    return head.from_backbone(str(folder), fusion=fusion, num_labels=3)
+
+
+def _models(tmp_path):
+    torch.manual_seed(0)
+    yield "elc-bert seq", lambda: ElcBertForSequenceClassification(ElcBertConfig(**TINY, num_labels=3))
+    yield (
+        "ltg-bert tok",
+        lambda: ElcBertForTokenClassification(ElcBertConfig(**TINY, num_labels=3, layer_combination="residual")),
+    )
+    yield "dwatt over bert tok", lambda: _fusion_over("bert", LayerFusionForTokenClassification, tmp_path)
+    yield "dwatt over elc-bert seq", lambda: _fusion_over("elc", LayerFusionForSequenceClassification, tmp_path)
+    yield "concat over elc-bert tok", lambda: _fusion_over("elc", LayerFusionForTokenClassification, tmp_path, "concat")
+
+
+def _batch(task_type):
+    generator = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(5, 96, (4, 9), generator=generator)
+    attention_mask = torch.ones_like(input_ids)
+    attention_mask[1, 6:] = 0
+    labels = torch.randint(0, 3, (4, 9) if task_type == "TOKEN_CLS" else (4,), generator=generator)
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+
+
+def _fresh(build, seed=0):
+    torch.manual_seed(seed)
+    return build().eval()
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _models(None)])
+def test_lora_trains_saves_reloads_and_merges_every_head(tmp_path, name):
+    build = dict(_models(tmp_path))[name]
+    base = _fresh(build)
+    config = elc_bert.lora_config(base, r=4)
+    model = peft.get_peft_model(base, config)
+    batch = _batch(config.task_type)
+    fresh = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert any("lora_A" in n for n in trainable)
+    frozen_backbone = [n for n in fresh if ("backbone" in n or "encoder" in n) and "lora_" not in n]
+    assert frozen_backbone and not trainable & set(frozen_backbone)  # the backbone itself stays frozen
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model(**batch).loss.backward()
+    optimizer.step()
+    changed = {n for n, p in model.named_parameters() if not torch.equal(p, fresh[n])}
+    assert any("classifier" in n and "modules_to_save" in n for n in changed), "the task head trains"
+    if "over" in name:
+        assert any(".fusion." in n and "modules_to_save" in n for n in changed), "the fusion module trains"
+    assert not changed & set(frozen_backbone)
+    model.eval()
+    with torch.no_grad():
+        trained = model(**batch).logits
+    model.save_pretrained(tmp_path / "adapter")
+    saved = tmp_path / "adapter" / "adapter_model.safetensors"
+    whole = sum(p.numel() * p.element_size() for p in base.parameters())
+    from safetensors.torch import load_file
+
+    keys = load_file(saved).keys()
+    assert not [k for k in keys if "lora_" not in k and "classifier" not in k and ".fusion." not in k], keys
+    assert saved.stat().st_size < 0.6 * whole  # no copy of the backbone
+    reloaded = peft.PeftModel.from_pretrained(_fresh(build), tmp_path / "adapter").eval()
+    with torch.no_grad():
+        assert torch.equal(reloaded(**batch).logits, trained)
+        merged = reloaded.merge_and_unload()
+        torch.testing.assert_close(merged(**batch).logits, trained, rtol=0, atol=1e-5)
+
+
+def test_modules_to_save_are_full_paths_that_suffix_matching_cannot_confuse(tmp_path):
+    """The fusion module by its full path: "fusion" alone would also match the base model `layer_fusion` (PEFT
+    matches suffixes) and copy the whole backbone into the adapter."""
+    model = _fusion_over("bert", LayerFusionForTokenClassification, tmp_path)
+    config = elc_bert.lora_config(model)
+    assert set(config.modules_to_save) == {"layer_fusion.fusion", "classifier"}
+    assert set(config.target_modules) == {"query", "value"}  # PEFT's own for a BERT backbone
+    assert config.task_type == "TOKEN_CLS"
+    assert set(elc_bert.lora_config(ElcBertForTokenClassification(ElcBertConfig(**TINY))).target_modules) == {
+        "in_proj_qk",
+        "in_proj_v",
+    }
+    with pytest.raises(TypeError, match="lora_config is for the package's models"):
+        elc_bert.lora_config(BertModel(BertConfig(**BERT)))
