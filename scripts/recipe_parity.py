@@ -186,7 +186,7 @@ def package_train(args, tokenizer_dir: Path, data_dir: Path, seed: int, out: Pat
         max_steps=args.steps,
         batch_size=args.batch,
         seed=seed,
-        training={"logging_steps": LOG_EVERY, "save_steps": args.steps, "disable_tqdm": True, "report_to": []},
+        training={"logging_steps": LOG_EVERY, "save_steps": args.steps, "disable_tqdm": True},
     )
     pretrain(config)
     history = json.loads((out / f"package-seed{seed}" / "metrics.json").read_text())["log_history"]

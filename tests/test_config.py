@@ -351,7 +351,9 @@ def test_numbers_out_of_bounds_are_refused_by_name(tmp_path, job, override, mess
 def test_typed_config_resumes_with_the_config_it_saved(tmp_path):
     """save_config's resume check compares the typed values: a run restarted with the same file resumes, and the
     saved file loads back to the same config."""
-    extra = "learning_rate: 2e-4\nmax_steps: 6.0\ntraining: {save_steps: 3, report_to: []}\nmodel: {hidden_size: 64}\n"
+    extra = (
+        "learning_rate: 2e-4\nmax_steps: 6.0\ntraining: {save_steps: 3, max_grad_norm: 1.0}\nmodel: {hidden_size: 64}\n"
+    )
     config = _load(tmp_path, "pretrain", ["batch_size=8"], extra)
     run = tmp_path / "run"
     run.mkdir()
@@ -367,7 +369,7 @@ def test_a_resumed_pretraining_run_may_change_how_it_checkpoints_but_not_what_it
     """Checkpoint cadence, logging and the progress bar do not change what a run learns: a resume may change them
     (e.g. checkpoints more often, so that an interrupted session loses less). Any other TrainingArguments field
     inside `training` is named by its dotted key."""
-    extra = "training: {save_steps: 600, eval_steps: 300, report_to: []}\nmodel: {layer_combination: elc}\n"
+    extra = "training: {save_steps: 600, eval_steps: 300, logging_first_step: true}\nmodel: {layer_combination: elc}\n"
     config = _load(tmp_path, "pretrain", [], extra)
     run = tmp_path / "run"
     run.mkdir()
@@ -484,3 +486,35 @@ def test_the_settings_the_issue_named_are_refused(tmp_path):
     assert "training.learning_rate is set by the job: use learning_rate" in message
     assert "training.lr_scheduler_type is set by the job: use warmup_ratio and final_lr_ratio" in message
     assert "training.seed is set by the job: use seed" in message
+
+
+def test_report_to_is_a_job_key_and_tensorboard_logs_a_run(tmp_path):
+    """No tracker by default; `report_to: [tensorboard]` logs the run's losses where TensorBoard reads them (offline),
+    and a mistyped tracker is named at config time."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from elc_bert.training.pretrain import pretrain
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
+    fields = dict(
+        output_dir=str(tmp_path / "run"),
+        data_dir=str(sample.parent),
+        train_files=[sample.name],
+        vocab_size=300,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=3,
+        batch_size=8,
+        training={"save_steps": 100, "logging_steps": 1, "disable_tqdm": True},
+    )
+    assert PretrainConfig(**fields).report_to == []
+    with pytest.raises(ValueError, match=r"report_to\[0\] must be one of \[.*'tensorboard'.*\], got 'tensorbord'"):
+        PretrainConfig(**fields, report_to=["tensorbord"])
+    pretrain(PretrainConfig(**fields, report_to=["tensorboard"]))
+    [events] = list((tmp_path / "run").rglob("events.out.tfevents.*"))
+    accumulator = EventAccumulator(str(events.parent))
+    accumulator.Reload()
+    losses = [event.value for event in accumulator.Scalars("train/loss")]
+    logged = json.loads((tmp_path / "run" / "metrics.json").read_text())["log_history"]
+    assert losses == pytest.approx([entry["loss"] for entry in logged if "loss" in entry], rel=1e-6)

@@ -6,6 +6,14 @@ from pathlib import Path
 
 import torch
 from transformers import TrainerCallback, TrainingArguments
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+# What every job's `report_to` may name: the Trainer's experiment trackers (each needs its own package).
+TRACKERS = tuple(INTEGRATION_TO_CALLBACK)
+REPORT_TO_HELP = (
+    "experiment trackers the Trainer reports to (tensorboard, wandb, trackio, mlflow, ...; each needs its package): "
+    "[] reports nowhere"
+)
 
 
 def training_arguments(config, output_dir: str | Path, owned: dict, **defaults) -> TrainingArguments:
@@ -20,7 +28,7 @@ def training_arguments(config, output_dir: str | Path, owned: dict, **defaults) 
         raise RuntimeError(f"{type(config).__name__}.training_owned does not name {undeclared}, which the job sets")
     arguments = dict(
         output_dir=str(output_dir),
-        report_to=[],
+        report_to=list(config.report_to),  # the job's `report_to` key (none by default)
         logging_nan_inf_filter=False,  # a diverged loss is logged as it is (`StopOnNonFiniteLoss` stops the run)
         dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )

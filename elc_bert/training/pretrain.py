@@ -20,7 +20,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
 from ..models.loading import check_weights_loaded, load_pretrained
 from ..plots import plot_curves
-from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
+from .arguments import REPORT_TO_HELP, TRACKERS, CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
@@ -101,11 +101,13 @@ class PretrainConfig:
         "[1000000, 2000000, ..., 10000000, 20000000, ..., 100000000] as BabyLM 2025 asks; folder words-1M etc.",
         bounds=">= 1",
     )
+    report_to: list[Literal[TRACKERS]] = config_field([], REPORT_TO_HELP)
     training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
     # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused): the
     # optimizer and its schedule are built from the job's keys, the batches drawn by the job.
     training_owned: ClassVar[dict[str, str]] = {
+        "report_to": "report_to",
         "seed": "seed",
         "max_steps": "max_steps",
         "num_train_epochs": "max_steps",
@@ -122,6 +124,7 @@ class PretrainConfig:
     may_change: ClassVar[tuple[str, ...]] = (
         *(f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")),
         "checkpoint_words",
+        "report_to",
     )
 
     def __post_init__(self):
