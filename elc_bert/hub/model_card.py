@@ -124,11 +124,6 @@ class Corpus:
         return f"{self.name} from local files `{self.path}`" if self.dataset_id else f"local files `{self.path}`"
 
 
-def _hub_shaped(name: str) -> bool:
-    """Whether `name` may be a Hub id: not absolute, not ./ or ~/, at most one "/" (owner/name)."""
-    return not (name.startswith((".", "/", "~")) or Path(name).is_absolute() or name.count("/") > 1)
-
-
 def _job_folder(run: dict) -> Path | None:
     """The folder the run's job ran in, where its relative paths start: the run folder less the relative
     `output_dir` its config saved. None when that does not tell: an absolute output_dir or one with "..", or a run
@@ -146,7 +141,7 @@ def _read_from_hub(run: dict, name: str, named_on_hub: bool) -> bool:
     ran when there is one, else the Hub (`datasets.load_dataset`, `elc-bert mlm`'s data_dir, a model name): never
     for a name no Hub id has; by the folder the job ran in where the run shows it (`_job_folder`); else when the
     config names it as a Hub source (`named_on_hub`). The folder `export` runs in plays no part."""
-    if not _hub_shaped(name):
+    if not runs.is_hub_id(name):
         return False
     folder = _job_folder(run)
     return named_on_hub if folder is None else not (folder / name).exists()

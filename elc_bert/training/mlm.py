@@ -92,7 +92,7 @@ def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[st
     """The train / validation / test lines, from local files or a Hub dataset."""
     root = Path(data_dir)
     if not root.exists():
-        if root.is_absolute() or data_dir.startswith(".") or data_dir.count("/") > 1:
+        if not runs.is_hub_id(data_dir):
             raise FileNotFoundError(f"data_dir {data_dir}: no such folder (and not a Hub dataset name)")
         hub = datasets.load_dataset(data_dir, dataset_config)
         missing = sorted({"train", "validation", "test"} - set(hub))
