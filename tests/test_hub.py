@@ -835,8 +835,8 @@ def test_run_file_names_and_auto_classes_have_one_owner():
 
     assert family_of(ElcBertForMaskedLM) == (ElcBertConfig, AUTO_CLASSES[ElcBertConfig])
     owners = {
-        runs.TRAINER_STATE: "elc_bert/runs.py",
-        runs.EVAL: "elc_bert/runs.py",
+        runs.TRAINER_STATE: "elc_bert/runs/layout.py",
+        runs.EVAL: "elc_bert/runs/layout.py",
         report.REPORT_MD: "elc_bert/analysis/report.py",
         report.REPORT_JSON: "elc_bert/analysis/report.py",
     }

@@ -1,0 +1,130 @@
+"""The run folder's layout: the file and folder names each job writes (listed in `elc_bert.runs`), which job made a
+folder, and what in it counts as work a rerun must resume under the same config.
+"""
+
+import json
+from pathlib import Path
+
+# The config file each job saves in its run folder, by the job's command name.
+JOB_CONFIGS = {
+    "pretrain": "pretrain_config.yaml",
+    "mlm": "mlm_config.yaml",
+    "finetune-ner": "finetune_ner_config.yaml",
+    "finetune-glue": "finetune_glue_config.yaml",
+}
+
+METRICS = "metrics.json"
+
+RESULTS = "results.json"
+
+RESULTS_TABLE = "results.md"
+
+RESULT = "result.json"  # one finetune-ner trial's or finetune-glue task's
+
+MODEL = "model"  # a kept model folder inside a trial's or task's folder
+
+TOKENIZER = "tokenizer"
+
+GLUE = "glue"
+
+CLAIM = ".claimed"
+
+WRITER_LOCK = ".writer.lock"  # held by the one process that writes a run folder (`hold_run_folder`)
+
+WRITER = ".writer"  # who holds it: host and pid
+
+SAVING = ".saving"  # a temporary folder that a final model is saved into, then moved out of (`replacing_files`)
+
+STARTING_LOCK = ".starting.lock"  # held while a process checks a shared run's config (`starting_trials`)
+
+MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
+
+WORDS_CHECKPOINT = "words-"  # a pretraining run's model after N words: words-1M, words-10M, ...
+
+WORDS_SEEN = "words_seen.json"  # in a words-seen checkpoint: the words, milestone and step
+
+CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's (transformers.trainer_utils.PREFIX_CHECKPOINT_DIR)
+
+TRAINER_STATE = "trainer_state.json"  # in each checkpoint, the Trainer's (transformers.trainer.TRAINER_STATE_NAME)
+
+EVAL = "eval"  # `elc-bert eval-blimp`'s output folder inside the model folder it scores (its default)
+
+LOSS_PLOT = "loss.png"  # pretrain
+
+EVAL_LOSS_PLOT = "eval_loss.png"  # mlm
+
+F1_VS_N_PLOT = "f1_vs_n.png"  # finetune-ner
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")  # any of them makes a tokenizer folder
+
+
+def config_file(run_dir: str | Path, job: str) -> Path:
+    return Path(run_dir) / JOB_CONFIGS[job]
+
+
+def trial_dir(run_dir: str | Path, shots: int, trial: int) -> Path:
+    """A finetune-ner trial's folder: N = `shots`, trial number `trial`."""
+    return Path(run_dir) / f"n{shots}" / f"trial{trial}"
+
+
+def trial_results(run_dir: str | Path) -> list[Path]:
+    """The result.json files of a finetune-ner run's finished trials."""
+    return sorted(Path(run_dir).glob(f"n*/trial*/{RESULT}"))
+
+
+def glue_dir(model_run_dir: str | Path) -> Path:
+    """finetune-glue's run folder for the model whose run (or model folder) is `model_run_dir`."""
+    return Path(model_run_dir) / GLUE
+
+
+def jobs_of(folder: str | Path) -> list[str]:
+    """The jobs whose config file `folder` holds: the jobs that made it (none for a folder no job wrote)."""
+    return [job for job, name in JOB_CONFIGS.items() if (Path(folder) / name).is_file()]
+
+
+def refuse_other_jobs(folder: str | Path, job: str) -> None:
+    """Refuses to let `job` write into the run folder of another job (reading it, e.g. as a model, is fine): the two
+    runs' configs, metrics and checkpoints would mix, and resuming would pick up the other job's checkpoints."""
+    others = [other for other in jobs_of(folder) if other != job]
+    if others:
+        raise ValueError(
+            f"{folder} is the run folder of `elc-bert {others[0]}` (it holds {JOB_CONFIGS[others[0]]}): `elc-bert "
+            f"{job}` does not write into another job's run; choose another output_dir"
+        )
+
+
+def has_work(folder: str | Path) -> bool:
+    """Whether `folder` holds work that running its job again would resume or reuse, at any depth: a checkpoint, a
+    kept model (a finetune-ner trial's best epoch, a finetune-glue task's), a finished result, a finished run's
+    metrics, or a trial claimed by a process (started, perhaps by a process running beside this one)."""
+    folder = Path(folder)
+    return (
+        (folder / METRICS).exists()
+        or any(folder.rglob(RESULT))
+        or any(folder.rglob(CLAIM))
+        or any(path.is_dir() for path in folder.rglob(MODEL))
+        or any(path.is_dir() for path in folder.rglob(CHECKPOINT_PREFIX + "*"))
+    )
+
+
+def links_out_of(folder: str | Path, paths=None) -> list[Path]:
+    """The symbolic links among `paths` (default: everything under `folder`) whose targets lie outside `folder`:
+    a command that copies or uploads files of a folder refuses them, so that no file from elsewhere (a token, a
+    system file) ends up in what it writes."""
+    root = Path(folder).resolve()
+    paths = Path(folder).rglob("*") if paths is None else paths
+    return [path for path in paths if Path(path).is_symlink() and not Path(path).resolve().is_relative_to(root)]
+
+
+def mean_depth_profiles(run_dir: str | Path) -> dict[int, tuple[int, list[float]]]:
+    """{N: (trials, DWAtt's mean depth weights averaged over those trials)} of a finetune-ner run, from what its
+    finished trials recorded in result.json (`mean_depth_weights`; empty when none did)."""
+    by_shots = {}
+    for result_file in trial_results(run_dir):
+        result = json.loads(result_file.read_text(encoding="utf-8"))
+        if "mean_depth_weights" in result:
+            by_shots.setdefault(result["shots"], []).append(result["mean_depth_weights"])
+    return {
+        shots: (len(weights), [sum(column) / len(column) for column in zip(*weights)])
+        for shots, weights in sorted(by_shots.items())
+    }
