@@ -11,8 +11,36 @@ backbone, while leaving it out leaves the fusion module frozen at its random ini
 """
 
 import tempfile
+from dataclasses import dataclass
 
 from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
+
+
+@dataclass
+class LoraOptions:
+    """What a job's `lora:` key may set (`lora_config`'s arguments; every one may be left out)."""
+
+    r: int = 8
+    lora_alpha: int = 16
+    lora_dropout: float = 0.1
+    target_modules: list[str] | None = None
+
+
+def with_lora(model, options: dict):
+    """`model` wrapped by PEFT for LoRA training with `lora_config(model, **options)`: LoRA on the encoder, the
+    fusion module and head trained in full."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(model, **options))
+
+
+def describe_lora(options: dict | None) -> str:
+    """How a results table names the fine-tuning: "full fine-tuning", or LoRA with its rank and alpha."""
+    if options is None:
+        return "full fine-tuning"
+    chosen = LoraOptions(**options)
+    return f"LoRA (r {chosen.r}, alpha {chosen.lora_alpha}, dropout {chosen.lora_dropout})"
+
 
 # LoRA targets of the package's encoders: the attention's query-key and value projections (PEFT's defaults for BERT
 # are its query and value).
@@ -21,7 +49,8 @@ TASK_TYPES = {"ForTokenClassification": "TOKEN_CLS", "ForSequenceClassification"
 
 
 def lora_config(model, r: int = 8, lora_alpha: int = 16, lora_dropout: float = 0.1, target_modules=None, **kwargs):
-    """A `peft.LoraConfig` for `model`, an ELC-BERT / LTG-BERT model or a layer-fusion model over any backbone:
+    """A `peft.LoraConfig` for `model`, an ELC-BERT / LTG-BERT model or a layer-fusion model over any backbone (or
+    a stock encoder, which gets PEFT's own defaults: the jobs' `lora` key takes any model):
 
     - `target_modules` (default): the attention projections of the encoder (ELC/LTG-BERT: `in_proj_qk`,
       `in_proj_v`; a fusion model's backbone of another type: PEFT's own defaults for that type, e.g. BERT's
@@ -44,8 +73,6 @@ def lora_config(model, r: int = 8, lora_alpha: int = 16, lora_dropout: float = 0
         encoder = model.base_model.backbone
         if hasattr(model.base_model, "fusion"):
             save.append(f"{model.base_model_prefix}.fusion")
-    elif not isinstance(model, ElcBertPreTrainedModel):
-        raise TypeError(f"lora_config is for the package's models, not {type(model).__name__}: use peft's LoraConfig")
     if target_modules is None:
         if isinstance(encoder, ElcBertPreTrainedModel):
             target_modules = list(ELC_BERT_TARGETS)

@@ -269,3 +269,50 @@ def test_one_glue_task_list():
     assert GLUE_ENTRIES is BABYLM_ENTRIES
     assert BABYLM_ENTRIES == "cola sst2 mrpc qqp mnli mnli-mm qnli rte boolq multirc wsc".split()
     assert FinetuneGlueConfig(model="m", data_dir="d").tasks == list(TASKS)
+
+
+@pytest.mark.skipif(not GLUE.is_dir(), reason="../shared/data is not beside the repository")
+def test_lora_keeps_the_adapter_and_the_merged_model_and_says_so(tmp_path):
+    """`lora: {r: 4}`: LoRA on MiniLM's query and value (PEFT's BERT defaults) and a fresh head; the task keeps its
+    adapter and the merged model, which scores the dev set as reported, differs from MiniLM in the adapted
+    projections only, and the tables say LoRA."""
+    pytest.importorskip("peft")
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from elc_bert.data.glue import encode
+
+    config = FinetuneGlueConfig(
+        model=str(MINILM),
+        data_dir=str(GLUE),
+        output_dir=str(tmp_path),
+        tasks=["rte"],
+        max_train_examples=32,
+        max_eval_examples=32,
+        max_length=64,
+        epochs=1,
+        learning_rate=1e-3,
+        lora={"r": 4},
+        training={"disable_tqdm": True, "use_cpu": True},
+    )
+    summary = finetune_glue(config)
+    task_dir = tmp_path / "glue" / "rte"
+    assert (task_dir / "adapter" / "adapter_config.json").is_file()
+    assert summary["fine_tuning"] == "LoRA (r 4, alpha 16, dropout 0.1)"
+    assert "LoRA (r 4, alpha 16, dropout 0.1)" in (tmp_path / "glue" / "results.md").read_text()
+    merged = AutoModelForSequenceClassification.from_pretrained(task_dir / "model").eval()
+    base = AutoModelForSequenceClassification.from_pretrained(MINILM, num_labels=2)
+    merged_weights, base_weights = merged.bert.state_dict(), base.bert.state_dict()
+    changed = {key for key in base_weights if not torch.equal(merged_weights[key], base_weights[key])}
+    assert changed and all(key.endswith(("query.weight", "value.weight")) for key in changed), sorted(changed)
+    tokenizer = AutoTokenizer.from_pretrained(task_dir / "model")
+    rows = read_task_file(GLUE / "rte.valid.jsonl.gz", TASKS["rte"], 32)
+    encoded = encode(tokenizer, TASKS["rte"], rows, 64)
+    with torch.no_grad():
+        guesses = [
+            int(merged(**tokenizer.pad([example], return_tensors="pt")).logits.argmax(-1))
+            for example in encoded.remove_columns("labels" if "labels" in encoded.column_names else [])
+        ]
+    accuracy = sum(guess == row["label"] for guess, row in zip(guesses, rows)) / len(rows)
+    result = json.loads((task_dir / "result.json").read_text())
+    assert accuracy == pytest.approx(result["metric"])

@@ -44,6 +44,7 @@ from transformers import (
 from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
 from ..data.tokenizer import load_tokenizer, save_tokenizer
+from ..integrations import LoraOptions, describe_lora, with_lora
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..runs import resolve_model
@@ -60,6 +61,7 @@ from .config import check_fields, config_field, save_config
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"  # a task's Trainer checkpoints (glue/<task>/checkpoints), removed once it is scored
+ADAPTER = "adapter"  # with `lora`: a task's best LoRA adapter (glue/<task>/adapter), beside the merged model
 
 
 @dataclass
@@ -117,6 +119,13 @@ class FinetuneGlueConfig:
         None, "the first N training rows only (CPU budgets; null: all)", bounds=">= 1"
     )
     max_eval_examples: int | None = config_field(None, "the first N rows of each dev file (null: all)", bounds=">= 1")
+    lora: dict | None = config_field(
+        None,
+        "LoRA through PEFT instead of full fine-tuning (as the BabyLM 2024 GLUE evaluation allowed): {} for "
+        "elc_bert.lora_config's defaults, or r, lora_alpha, lora_dropout, target_modules; null: full fine-tuning. "
+        "Each task keeps its adapter (glue/<task>/adapter) and the merged model",
+        keys=LoraOptions,
+    )
     keep_checkpoints: bool = config_field(False, "keep the Trainer's checkpoints (else deleted after scoring)")
     keep_models: bool = config_field(True, "keep the best model of each task as a loadable folder in glue/<task>/model")
     seed: int = config_field(12, "the seed of initialisation and data order")
@@ -207,6 +216,8 @@ def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
     if not config.allow_unloaded_weights:
         check_fine_tuning_start(source, model, info, UNLOADED_HINT)
     check_vocabulary(tokenizer, model, source)
+    if config.lora is not None:
+        model = with_lora(model, config.lora)
     if model.config.pad_token_id is None and tokenizer.pad_token_id is not None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model
@@ -275,6 +286,9 @@ def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: Glu
     """Keeps the best model (`keep_models`), removes the checkpoints (unless `keep_checkpoints`) and writes each
     entry's result.json and the task's dev_metric.png."""
     task_dir = glue_dir / task.name
+    if config.keep_models and config.lora is not None:  # the best checkpoint's adapter, then merged into the model
+        trainer.save_model(str(task_dir / ADAPTER))
+        trainer.model = trainer.model.merge_and_unload()
     if config.keep_models:  # the best checkpoint's model (load_best_model_at_end): what a user would publish
         trainer.save_model(str(task_dir / runs.MODEL))
         save_tokenizer(tokenizer, task_dir / runs.MODEL)
@@ -386,6 +400,7 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
     ordered = {entry: results[entry] for entry in BABYLM_ENTRIES if entry in results}
     summary = {
         "model": config.model,
+        "fine_tuning": describe_lora(config.lora),
         "tasks": {
             entry: {key: r[key] for key in ("metric_name", "metric", "all_metrics", "num_train", "num_eval")}
             | {"epochs_run": r["epochs_run"]}
@@ -403,7 +418,8 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
 def results_table(summary: dict) -> str:
     """The Markdown table of a `finetune_glue` summary: each entry's scores (%), the mean, the skipped tasks."""
     lines = [
-        f"(Super)GLUE dev scores of {summary['model']} (%; validation split, best early-stopping checkpoint)",
+        f"(Super)GLUE dev scores of {summary['model']}, {summary.get('fine_tuning', 'full fine-tuning')} (%; "
+        "validation split, best early-stopping checkpoint)",
         "",
         "| task | metric | score | other metrics | train / dev examples | epochs |",
         "|---|---|---|---|---|---|",
