@@ -15,6 +15,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import __version__
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
 from .training.config import describe_config, load_config, named_config
 
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `elc-bert` argument parser: one subcommand per job (a YAML config and key=value overrides) and per tool."""
     parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
+    parser.add_argument("--version", action="version", version=f"elc-bert {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     for job, (_, _, folder, what) in JOBS.items():
         formatter = argparse.RawDescriptionHelpFormatter

@@ -199,3 +199,17 @@ def test_a_mistyped_model_folder_is_named_before_anything_is_written(tmp_path, c
     assert exit_info.value.code == 2
     assert f"model {tmp_path / 'no' / 'such' / 'model'}: no such folder" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_version_is_written_once_and_printed(capsys):
+    """`elc-bert --version` prints the version the installed distribution carries, which pyproject reads from
+    `elc_bert.__version__` (the one place it is written)."""
+    from importlib.metadata import version
+
+    import elc_bert
+    from elc_bert.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"elc-bert {elc_bert.__version__}" == f"elc-bert {version('elc_bert')}"
