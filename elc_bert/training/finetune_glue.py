@@ -61,7 +61,6 @@ from .config import check_fields, config_field, save_config
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"  # a task's Trainer checkpoints (glue/<task>/checkpoints), removed once it is scored
-ADAPTER = "adapter"  # with `lora`: a task's best LoRA adapter (glue/<task>/adapter), beside the merged model
 
 
 @dataclass
@@ -287,7 +286,7 @@ def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: Glu
     entry's result.json and the task's dev_metric.png."""
     task_dir = glue_dir / task.name
     if config.keep_models and config.lora is not None:  # the best checkpoint's adapter, then merged into the model
-        trainer.save_model(str(task_dir / ADAPTER))
+        trainer.save_model(str(task_dir / runs.ADAPTER))
         trainer.model = trainer.model.merge_and_unload()
     if config.keep_models:  # the best checkpoint's model (load_best_model_at_end): what a user would publish
         trainer.save_model(str(task_dir / runs.MODEL))

@@ -34,6 +34,7 @@ from transformers import (
 from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..data.tokenizer import load_tokenizer, save_tokenizer
+from ..integrations import LoraOptions, describe_lora, with_lora
 from ..intervals import confidence_interval, mean_and_interval
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
@@ -81,6 +82,12 @@ class FinetuneNerConfig:
         keys=(LayerFusionConfig, LayerFusionForTokenClassification.from_backbone),
     )
     freeze_backbone: bool = config_field(True, "feature extraction (FE); false fine-tunes everything (FT)")
+    lora: dict | None = config_field(
+        None,
+        "LoRA through PEFT on the backbone (with freeze_backbone: false): {} for elc_bert.lora_config's defaults, or "
+        "r, lora_alpha, lora_dropout, target_modules; null: none. A trial keeps its adapter and the merged model",
+        keys=LoraOptions,
+    )
     feature_cache: bool = config_field(True, "with a frozen backbone, one backbone pass per sentence")
     shots: list[int] = config_field([8, 32, 128], "the values of N, one experiment each", bounds=">= 1")
     shot_unit: Literal["per_entity_type", "sentences"] = config_field(
@@ -118,6 +125,10 @@ class FinetuneNerConfig:
         check_fields(self)
         if not self.shots:
             raise ValueError("shots is empty")
+        if self.lora is not None and self.freeze_backbone:
+            raise ValueError(
+                "lora adapts the backbone (LoRA weights beside its frozen ones): set freeze_backbone: false"
+            )
         for name in ("fusion", "freeze_backbone", "num_labels", "id2label", "label2id", "backbone_config"):
             if name in self.fusion_options:
                 raise ValueError(f"fusion_options.{name} is set by the job: use fusion / freeze_backbone")
@@ -218,6 +229,11 @@ class KeepBestModel(TrainerCallback):
             (folder / BEST_EPOCH).write_text(json.dumps({"epoch": state.epoch, "dev_f1": self.best}))
 
 
+def kept_folder(config: FinetuneNerConfig) -> str:
+    """Where a trial keeps its best epoch while training: the model, or with `lora` the adapter (merged at the end)."""
+    return runs.ADAPTER if config.lora is not None else runs.MODEL
+
+
 def build_model(config: FinetuneNerConfig, label_names: list[str]):
     labels = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names))}
     labels["label2id"] = {name: i for i, name in enumerate(label_names)}
@@ -228,7 +244,7 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
             check_fine_tuning_start(source, model, info, UNLOADED_HINT)
         if config.freeze_backbone:
             model.base_model.requires_grad_(False)
-        return model
+        return with_lora(model, config.lora) if config.lora is not None else model
     model = LayerFusionForTokenClassification.from_backbone(
         resolve_model(config.model),
         fusion=config.fusion,
@@ -239,7 +255,7 @@ def build_model(config: FinetuneNerConfig, label_names: list[str]):
     )
     if config.freeze_backbone and config.feature_cache:
         model.base_model.enable_feature_cache()
-    return model
+    return with_lora(model, config.lora) if config.lora is not None else model
 
 
 def mean_depth_weights(model, batches) -> list[float]:
@@ -373,7 +389,7 @@ def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: 
         eval_dataset=data.dev,
         data_collator=DataCollatorForTokenClassification(data.tokenizer),
         compute_metrics=entity_f1(data.label_names, data.scheme, data.dev_words),
-        callbacks=[KeepBestModel(run_dir / runs.MODEL), StopOnNonFiniteLoss(), *(callbacks or [])],
+        callbacks=[KeepBestModel(run_dir / kept_folder(config)), StopOnNonFiniteLoss(), *(callbacks or [])],
     )
 
 
@@ -420,7 +436,15 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
     mean depth weights on the dev set and (where labelled) the test scores (`entity_scores`), all of that model: the
     one a card publishes."""
     scores = {}
-    model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
+    if config.lora is None:
+        model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
+    else:  # the best epoch's adapter, merged into the model that is scored and kept
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_file(run_dir / runs.ADAPTER / "adapter_model.safetensors"))
+        model = trainer.model = model.merge_and_unload()
+        model.save_pretrained(run_dir / runs.MODEL)
+        shutil.copy(run_dir / runs.ADAPTER / BEST_EPOCH, run_dir / runs.MODEL / BEST_EPOCH)
     if config.fusion is not None and FUSIONS[config.fusion].depth_weights:
         scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
     save_tokenizer(data.tokenizer, run_dir / runs.MODEL)
@@ -439,7 +463,14 @@ def summarize(config: FinetuneNerConfig) -> dict:
     """Per N, the best dev F1 of the trials finished so far (their result.json files), their mean and 95%
     t-interval, and how many trials were planned (`of`); beside them the test F1 of those trials' best models (where
     scored); an N with no finished trial is left out."""
-    summary = {"config": {"model": config.model, "fusion": config.fusion, "freeze_backbone": config.freeze_backbone}}
+    summary = {
+        "config": {
+            "model": config.model,
+            "fusion": config.fusion,
+            "freeze_backbone": config.freeze_backbone,
+            "fine_tuning": describe_lora(config.lora) if config.lora is not None else None,
+        }
+    }
     for shots in config.shots:
         paths = [runs.trial_dir(config.output_dir, shots, t) / runs.RESULT for t in range(config.trials)]
         results = [json.loads(path.read_text()) for path in paths if path.exists()]
@@ -461,10 +492,11 @@ def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> 
     returns the folder of the best trial's model (relative to `output_dir`) when it is kept."""
     best = max(range(len(dev_f1)), key=dev_f1.__getitem__)
     for trial in range(config.trials):
-        folder = runs.trial_dir(config.output_dir, shots, trial) / runs.MODEL
         keep = config.keep_models == "all" or (config.keep_models == "best" and trial == best)
-        if not keep and folder.is_dir():
-            shutil.rmtree(folder)
+        for name in (runs.MODEL, runs.ADAPTER):
+            folder = runs.trial_dir(config.output_dir, shots, trial) / name
+            if not keep and folder.is_dir():
+                shutil.rmtree(folder)
     folder = runs.trial_dir("", shots, best) / runs.MODEL
     return str(folder) if (Path(config.output_dir) / folder).is_dir() else None
 
@@ -482,6 +514,7 @@ def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> d
     shots = [n for n in config.shots if f"n{n}" in summary]
     means = [summary[f"n{n}"]["mean"] for n in shots]
     mode = "FE" if config.freeze_backbone else "FT"
+    mode += f", {describe_lora(config.lora)}" if config.lora is not None else ""
     plot_curves(output_dir / runs.F1_VS_N_PLOT, {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
     return summary
 
@@ -502,6 +535,7 @@ def results_table(config: FinetuneNerConfig, summary: dict) -> str:
             f"| {', '.join(f'{100 * v:.1f}' for v in values)} | {test} |"
         )
     mode = "FE" if config.freeze_backbone else "FT"
+    mode += f", {describe_lora(config.lora)}" if config.lora is not None else ""
     table = [
         f"{config.dataset}, {config.fusion or 'plain'} ({mode}), {config.trials} trials, {config.epochs} epochs",
         "",
