@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, randomise_elc_logits
+from helpers import TINY, randomise_elc_logits
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import randomise_elc_logits, tiny_config_kwargs
+from helpers import randomise_elc_logits, tiny_config_kwargs
 from torch import nn
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM

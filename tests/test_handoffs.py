@@ -187,6 +187,7 @@ def _f1(gold: set, predicted: set) -> float:
 
 @needs_shared
 @pytest.mark.parametrize("kind", ["elc_bert", "fusion"])
+@pytest.mark.slow
 def test_token_classification_spans_with_oracle_logits(run, kind):
     run_dir, _ = run
     data = load_conll03(SHARED / "conll2003")["validation"].select(range(300))
@@ -299,6 +300,7 @@ def test_a_checkpoint_without_its_tokenizer_loads_with_the_runs(run, tmp_path, c
     assert tokenizer.mask_token_id == 4
 
 
+@pytest.mark.slow
 def test_remote_code_says_to_import_the_package_when_it_is_installed(run, tmp_path):
     """A checkpoint loaded as remote code where the package is installed but not imported says to import it."""
     import subprocess

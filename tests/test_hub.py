@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import REF_DIMS, TINY, padded_batch, randomise_elc_logits, write_reference_checkpoint
+from helpers import REF_DIMS, TINY, padded_batch, randomise_elc_logits, write_reference_checkpoint
 from hub_server import BLOCK_PACKAGE, point_hub_client_at, start_hub_server
 from reference_impl import naive_forward
 from tokenizers import Tokenizer, models, pre_tokenizers
@@ -222,6 +222,7 @@ def hub(exported, tmp_path_factory):
     return {"state": state, "endpoint": endpoint, "push_output": output.getvalue(), "report": report}
 
 
+@pytest.mark.slow
 def test_exported_folders_load_without_the_package(exported, hub):
     report = {name: entry for name, entry in hub["report"].items() if ":" not in name}
     assert set(report) == set(MODELS) | {"elc_mlm/AutoModel"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY
+from helpers import TINY
 from transformers import BertConfig, BertModel
 
 import elc_bert

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import TINY, randomise_elc_logits
+from helpers import TINY, randomise_elc_logits
 from safetensors import safe_open
 from transformers import (
     AutoConfig,

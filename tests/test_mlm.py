@@ -17,6 +17,7 @@ needs_shared = pytest.mark.skipif(not (SHARED / "wikitext2").is_dir(), reason=".
 
 @needs_shared
 @pytest.mark.parametrize("fusion", ["dwatt", None])
+@pytest.mark.slow
 def test_mlm_reports_perplexity_of_the_best_checkpoint(tmp_path, fusion):
     config = MlmConfig(
         output_dir=str(tmp_path / "mlm"),

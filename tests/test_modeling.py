@@ -9,7 +9,7 @@ import weakref
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import (
+from helpers import (
     ARCHITECTURES,
     REF_DIMS,
     TASK_CLASSES,

@@ -42,6 +42,7 @@ print("modules:", len(modules))
 """
 
 
+@pytest.mark.slow
 def test_importing_the_package_and_drawing_leave_the_backend_alone(tmp_path):
     """A program (a notebook, a GUI) that chose its own matplotlib backend keeps it: importing any elc_bert module
     switches nothing, and drawing a plot neither switches the backend nor touches pyplot."""
@@ -59,6 +60,7 @@ def test_importing_the_package_and_drawing_leave_the_backend_alone(tmp_path):
         assert (tmp_path / name).stat().st_size > 1000, name
 
 
+@pytest.mark.slow
 def test_importing_the_package_imports_no_matplotlib():
     """matplotlib is imported when a plot is drawn, not when the package (or any job of it) is imported."""
     program = textwrap.dedent(

@@ -85,6 +85,7 @@ def _run(*arguments, torchrun=False, launcher=None):
     return subprocess.run(command + [str(a) for a in arguments], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     """A process killed right after its step-3 checkpoint, then the same command again: the final weights equal
     those of an uninterrupted run with the same seed, bit for bit."""
@@ -105,6 +106,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
         assert torch.equal(expected[key], final[key]), key
 
 
+@pytest.mark.slow
 def test_a_resumed_run_checkpoints_as_it_is_now_told_and_learns_the_same(tmp_path):
     """A run killed after its step-4 checkpoint (one every 4 steps), resumed with `training.save_steps` 2: it
     checkpoints at steps 6 and 8 (the Trainer alone keeps the cadence saved in the checkpoint), and ends with the
@@ -150,6 +152,7 @@ def _losses(run: Path) -> list[float]:
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+@pytest.mark.slow
 def test_two_processes_share_each_global_batch_and_match_one_process(tmp_path, launcher):
     """`torchrun --nproc_per_node 2` or `accelerate launch` (gloo on CPU) through the Trainer is data-parallel: the
     ranks train on disjoint halves of every global batch, and the run equals a 1-process run with the same global batch
@@ -293,6 +296,7 @@ def test_batch_must_split_evenly_over_processes_and_accumulation(tmp_path):
     assert not (tmp_path / "run").exists(), "refused before writing anything"
 
 
+@pytest.mark.slow
 def test_torch_compile_option_trains(tmp_path):
     config = _config(tmp_path, max_steps=2, torch_compile=True, training={"save_steps": 100})
     metrics = pretrain(config)
@@ -338,6 +342,7 @@ def test_pretrain_on_a_dataset_folder(tmp_path):
         pretrain(_config(tmp_path / "other", train_files=[{"path": str(folder)}]))
 
 
+@pytest.mark.slow
 def test_pretrain_streaming_a_dataset(tmp_path):
     """`streaming: true` packs a streamed dataset on the fly (a Hub name online; here a local dataset folder); a
     killed run resumes to the weights of the uninterrupted one."""

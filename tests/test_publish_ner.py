@@ -40,6 +40,7 @@ print("REPORT " + json.dumps({**report, "entities": [entity["entity"] for entity
 """
 
 
+@pytest.mark.slow
 def test_a_few_shot_ner_run_is_published_and_loads_from_the_hub_without_the_package(tmp_path, monkeypatch):
     config = FinetuneNerConfig(
         output_dir=str(tmp_path / "ner"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REF_DIMS, assert_close, padded_batch, write_reference_checkpoint
+from helpers import REF_DIMS, assert_close, padded_batch, write_reference_checkpoint
 from reference_impl import naive_forward, random_reference_state_dict
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
