@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from . import __version__, runs
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
 from .training.config import describe_config, load_config, named_config
 
@@ -202,7 +202,6 @@ def eval_blimp(args) -> None:
     first, so that a malformed file is reported before the model loads."""
     import torch
 
-    from . import runs
     from .evaluation.blimp import evaluate_blimp, load_minimal_pairs, report_name
     from .scoring import load_model
 
@@ -266,27 +265,37 @@ def eval_babylm(args) -> None:
     print(f"results, predictions (official layout) and summary in {out_dir}")
 
 
+def say_where(command: str, folder) -> None:
+    """Where a job's outputs went, on stderr: stdout holds the job's result (a table or JSON) alone."""
+    print(f"elc-bert {command}: outputs in {folder}", file=sys.stderr)
+
+
 def run(args):
     """Runs the parsed command."""
     if args.command == "pretrain":
         from .training.pretrain import PretrainConfig, pretrain
 
-        metrics = pretrain(load_config(PretrainConfig, named_config(args.config, "pretrain"), args.overrides))
-        print(json.dumps(metrics, indent=2))
+        config = load_config(PretrainConfig, named_config(args.config, "pretrain"), args.overrides)
+        print(json.dumps(pretrain(config), indent=2))
+        say_where(args.command, config.output_dir)
     elif args.command == "finetune-ner":
         from .training.finetune_ner import FinetuneNerConfig, finetune_ner, results_table
 
         config = load_config(FinetuneNerConfig, named_config(args.config, "ner"), args.overrides)
         print(results_table(config, finetune_ner(config)))
+        say_where(args.command, config.output_dir)
     elif args.command == "mlm":
         from .training.mlm import MlmConfig, mlm
 
-        print(json.dumps(mlm(load_config(MlmConfig, named_config(args.config, "mlm"), args.overrides)), indent=2))
+        config = load_config(MlmConfig, named_config(args.config, "mlm"), args.overrides)
+        print(json.dumps(mlm(config), indent=2))
+        say_where(args.command, config.output_dir)
     elif args.command == "finetune-glue":
-        from .training.finetune_glue import FinetuneGlueConfig, finetune_glue, results_table
+        from .training.finetune_glue import FinetuneGlueConfig, finetune_glue, resolve_output_dir, results_table
 
         config = load_config(FinetuneGlueConfig, named_config(args.config, "glue"), args.overrides)
         print(results_table(finetune_glue(config)))
+        say_where(args.command, runs.glue_dir(resolve_output_dir(config)))
     elif args.command == "scorecard":
         from .evaluation.scorecard import markdown, scorecard
 

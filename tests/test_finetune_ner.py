@@ -424,8 +424,11 @@ def test_the_cli_prints_the_results_table(tmp_path, capsys):
         "shots: [6]\ntrials: 1\n"
     )
     main(["finetune-ner", str(config)])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert out == (tmp_path / "ner" / "results.md").read_text()
+    assert err.rstrip().endswith(
+        f"elc-bert finetune-ner: outputs in {tmp_path / 'ner'}"
+    )  # stderr: stdout is the result
     assert "| 6 | 50.0 (one trial, no interval) | 50.0 | - |" in out
 
 
