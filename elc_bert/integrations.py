@@ -48,7 +48,14 @@ ELC_BERT_TARGETS = ("in_proj_qk", "in_proj_v")
 TASK_TYPES = {"ForTokenClassification": "TOKEN_CLS", "ForSequenceClassification": "SEQ_CLS"}
 
 
-def lora_config(model, r: int = 8, lora_alpha: int = 16, lora_dropout: float = 0.1, target_modules=None, **kwargs):
+def lora_config(
+    model,
+    r: int = LoraOptions.r,
+    lora_alpha: int = LoraOptions.lora_alpha,
+    lora_dropout: float = LoraOptions.lora_dropout,
+    target_modules=None,
+    **kwargs,
+):
     """A `peft.LoraConfig` for `model`, an ELC-BERT / LTG-BERT model or a layer-fusion model over any backbone (or
     a stock encoder, which gets PEFT's own defaults: the jobs' `lora` key takes any model):
 

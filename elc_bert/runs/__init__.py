@@ -14,7 +14,8 @@ through these names and the readers (export and its model card, the scorecard, t
     model_fingerprints.jsonl    the sha256 of each model the run saved to publish, so that its metrics go only onto
                                 the card of a model it made
 
-    .starting.lock, .saving/    finetune-ner: held while a process starts sharing the run; a final model being saved
+    .starting.lock              finetune-ner: held while a process checks the config and claims its first trial
+    .saving/                    pretrain, finetune-ner: a final model being saved, moved into place when whole
 
 One module per question: `layout` (names, which job made a folder, what counts as work), `saved` (checkpoints and
 whether they are whole, files replaced whole, full disks), `writers` (the writer lock, shared starts, trial claims),

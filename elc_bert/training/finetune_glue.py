@@ -367,9 +367,9 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
     runs.resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
     tokenizer = load_tokenizer(runs.find_tokenizer([config.tokenizer or config.model]))
-    writer = runs.hold_run_folder(glue_dir, "finetune-glue", writes=writes_run_folder())  # one process per folder
-    with writer, runs.naming_full_disk(glue_dir):
-        if writes_run_folder():
+    writes = writes_run_folder()
+    with runs.hold_run_folder(glue_dir, "finetune-glue", writes=writes), runs.naming_full_disk(glue_dir):
+        if writes:
             glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
             save_config(config, runs.config_file(glue_dir, "finetune-glue"))
         return _finetune_tasks(config, folders, glue_dir, tokenizer)

@@ -172,8 +172,9 @@ def mlm(config: MlmConfig) -> dict:
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
     test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
-    with runs.hold_run_folder(output_dir, "mlm", writes=writes_run_folder()), runs.naming_full_disk(output_dir):
-        if writes_run_folder():
+    writes = writes_run_folder()
+    with runs.hold_run_folder(output_dir, "mlm", writes=writes), runs.naming_full_disk(output_dir):
+        if writes:
             output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
             save_config(config, runs.config_file(output_dir, "mlm"))
         return _train(config, model_path, tokenizer, train, validation, test)
