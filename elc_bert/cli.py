@@ -132,6 +132,14 @@ def build_parser() -> argparse.ArgumentParser:
     export_parser.add_argument("--license", default="apache-2.0", help="the card's license (default apache-2.0)")
     export_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
     export_parser.add_argument("--no-metrics", action="store_true", help="write the card without the run's metrics")
+    export_parser.add_argument(
+        "--sentence", action="store_true", help="also a sentence-transformers folder (mean pooling by default)"
+    )
+    export_parser.add_argument(
+        "--sentence-like",
+        metavar="ENCODER",
+        help="a sentence-transformers folder or Hub name whose pooling (and Normalize) to use; implies --sentence",
+    )
     push_parser = commands.add_parser("push", help="upload an exported folder to the Hugging Face Hub")
     push_parser.add_argument("folder", help="a folder written by `elc-bert export`")
     push_parser.add_argument("--repo-id", required=True, help="USER/NAME")
@@ -327,6 +335,7 @@ def run(args):
         from .hub.export import export
 
         options = dict(run_dir=args.run_dir, tokenizer=args.tokenizer, repo_id=args.repo_id, license=args.license)
+        options.update(sentence=args.sentence, sentence_like=args.sentence_like)
         print(export(args.source, args.out_dir, overwrite=args.overwrite, metrics=not args.no_metrics, **options))
     elif args.command == "push":
         from .hub.push import push

@@ -1,6 +1,6 @@
 """What other libraries need to take the package's models: PEFT's LoRA targets (`lora_config`) and a
 sentence-transformers model around an encoder with the pooling of the sentence encoder it came from
-(`sentence_transformer`).
+(`sentence_transformer`, and `write_sentence_files` for a model folder such as an export).
 
 PEFT finds default LoRA targets by `model_type` in its own table, which has no entry for ELC-BERT, LTG-BERT or a
 layer-fusion model, and offers no supported way for a model outside transformers to add one; `lora_config` is the
@@ -10,8 +10,11 @@ module, a task head) by their full paths in `modules_to_save`: PEFT matches thos
 backbone, while leaving it out leaves the fusion module frozen at its random initialisation.
 """
 
+import json
+import shutil
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
 
@@ -113,7 +116,13 @@ def sentence_transformer(model, tokenizer, like=None, device: str | None = None)
         fused = LayerFusionModel.from_backbone(path, fusion="dwatt")
         elc_bert.sentence_transformer(fused, tokenizer, like=path).save("fused-sentence-encoder")
     """
-    from sentence_transformers import SentenceTransformer, models
+    try:
+        from sentence_transformers import SentenceTransformer, models
+    except ImportError as error:
+        raise ImportError(
+            f"a sentence-transformers model needs the sentence-transformers package ({error}): "
+            "pip install 'elc_bert[sentence]'"
+        ) from None
 
     from .data.tokenizer import save_tokenizer
 
@@ -126,3 +135,26 @@ def sentence_transformer(model, tokenizer, like=None, device: str | None = None)
     else:
         after = [models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")]
     return SentenceTransformer(modules=[transformer, *after], device=device)
+
+
+# The files of a sentence-transformers folder that describe its modules (the transformer's own files aside)
+SENTENCE_CONFIG_FILES = ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json")
+
+
+def write_sentence_files(model, tokenizer, out_dir, like=None) -> list[str]:
+    """Makes the model folder `out_dir` (where `model` and `tokenizer` are saved) a sentence-transformers folder as
+    well: writes modules.json, the sentence-transformers configs and the modules after the transformer (those of
+    `like`, or mean pooling; see `sentence_transformer`) without touching the model's own files, so that
+    `SentenceTransformer(out_dir)` (with `trust_remote_code=True` where the package is not imported) gives the
+    sentence embeddings. Returns the names of the modules after the transformer, such as ["Pooling", "Normalize"]."""
+    out_dir = Path(out_dir)
+    encoder = sentence_transformer(model, tokenizer, like=like, device="cpu")
+    with tempfile.TemporaryDirectory() as scratch:
+        encoder.save(scratch)
+        modules = json.loads((Path(scratch) / "modules.json").read_text(encoding="utf-8"))
+        for name in SENTENCE_CONFIG_FILES:
+            shutil.copyfile(Path(scratch) / name, out_dir / name)
+        for module in modules:
+            if module["path"]:  # the transformer is the folder itself ("")
+                shutil.copytree(Path(scratch) / module["path"], out_dir / module["path"], dirs_exist_ok=True)
+    return [module["type"].rpartition(".")[2] for module in modules if module["path"]]

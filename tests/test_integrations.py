@@ -181,3 +181,52 @@ def test_an_elc_bert_encoder_without_a_source_gets_mean_pooling(tmp_path):
     with torch.no_grad():
         states = model(**batch).last_hidden_state
     torch.testing.assert_close(embeddings, _masked_mean(states, batch["attention_mask"]), rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_an_export_is_also_a_sentence_transformers_folder_that_loads_without_the_package(tmp_path):
+    """`elc-bert export --sentence-like ENCODER`: the exported folder keeps the model's own files (remote code in
+    auto_map, the card) and adds modules.json with the sentence encoder's Pooling and Normalize, so that
+    `SentenceTransformer(folder, trust_remote_code=True)` in a process without `elc_bert` gives the embeddings of the
+    in-process sentence model."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("sentence_transformers")
+    from hub_server import BLOCK_PACKAGE
+
+    from elc_bert import LayerFusionModel
+    from elc_bert.cli import main as cli_main
+    from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
+
+    minilm = _minilm()
+    tokenizer = load_tokenizer(minilm)
+    torch.manual_seed(0)
+    dwatt = LayerFusionModel.from_backbone(minilm, fusion="dwatt").eval()
+    dwatt.save_pretrained(tmp_path / "saved")
+    save_tokenizer(tokenizer, tmp_path / "saved")
+    out = tmp_path / "export"
+    cli_main(["export", str(tmp_path / "saved"), str(out), "--sentence-like", minilm, "--repo-id", "user/fused"])
+
+    modules = json.loads((out / "modules.json").read_text())
+    assert [module["type"].rpartition(".")[2] for module in modules] == ["Transformer", "Pooling", "Normalize"]
+    assert "auto_map" in json.loads((out / "config.json").read_text())
+    card = (out / "README.md").read_text()
+    assert 'SentenceTransformer("user/fused", trust_remote_code=True)' in card
+    assert "the token states, then Pooling, then Normalize" in card
+    expected = elc_bert.sentence_transformer(dwatt, tokenizer, like=minilm).encode(SENTENCES, convert_to_tensor=True)
+    torch.save(expected, tmp_path / "expected.pt")
+
+    script = f"""
+import torch
+from sentence_transformers import SentenceTransformer
+encoder = SentenceTransformer({str(out)!r}, trust_remote_code=True, device="cpu")
+got = encoder.encode({SENTENCES!r}, convert_to_tensor=True)
+assert not [m for m in sys.modules if m.split(".")[0] == "elc_bert" and sys.modules[m] is not None]
+print("DIFF", (got - torch.load({str(tmp_path / "expected.pt")!r})).abs().max().item())
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_PACKAGE + script], capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert float(result.stdout.split("DIFF", 1)[1]) <= 1e-5

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from elc_bert import runs
 from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
+from elc_bert.integrations import write_sentence_files
 from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 
@@ -226,6 +227,8 @@ def export(
     templates_dir: str | Path | None = None,
     overwrite: bool = False,
     metrics: bool = True,
+    sentence: bool = False,
+    sentence_like: str | Path | None = None,
 ) -> Path:
     """Writes the Hub-ready folder of the model in `source` (a model folder or a run directory) to `out_dir`.
 
@@ -234,7 +237,10 @@ def export(
     fingerprints gives a card without its metrics (with a warning); `metrics` False leaves any run's metrics out. The
     tokenizer is `tokenizer` (a folder, Hub name or alias) when given, else the first found (`runs.find_tokenizer`)
     in the model folder, the source, the run, or the model the run started from (its config's `model`, e.g. an
-    `elc-bert mlm` run); `repo_id` (USER/NAME) goes into the card's snippets.
+    `elc-bert mlm` run); `repo_id` (USER/NAME) goes into the card's snippets. `sentence` (implied by
+    `sentence_like`) makes the folder a sentence-transformers one as well, with the pooling (and Normalize) of the
+    sentence encoder `sentence_like` (a sentence-transformers folder or Hub name), or mean pooling without it
+    (`integrations.write_sentence_files`).
     """
     source, out_dir = Path(source), Path(out_dir)
     if not source.is_dir():
@@ -270,12 +276,13 @@ def export(
         source=model_dir,
         name=out_dir.name,  # not the scratch folder's
     )
+    sentence = dict(like=sentence_like) if sentence or sentence_like is not None else None
     with written_in_place_of(out_dir) as scratch:
-        _write_export(source, model_dir, scratch, run_dir, tokenizer, card)
+        _write_export(source, model_dir, scratch, run_dir, tokenizer, card, sentence)
     return out_dir
 
 
-def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
+def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, sentence: dict | None):
     from .model_card import write_model_card
 
     model_class = model_class_of(model_dir)
@@ -303,7 +310,10 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict):
     config["auto_map"] = write_remote_code(model_class, out_dir)
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
-    save_tokenizer(load_tokenizer(tokenizer_source), out_dir)
+    tokenizer = load_tokenizer(tokenizer_source)
+    save_tokenizer(tokenizer, out_dir)
+    if sentence is not None:
+        card["sentence_modules"] = write_sentence_files(model, tokenizer, out_dir, **sentence)
     write_model_card(out_dir, model, **card)
 
 

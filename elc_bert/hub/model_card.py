@@ -494,8 +494,16 @@ def _limitations(model, run: dict, templates_dir: Path, num_parameters: str) -> 
     return _fill(templates_dir, "limitations.md", size_note=size_note, extra_limitations="\n".join(extra))
 
 
-def _usage(model, templates_dir: Path, repo_id: str | None) -> str:
+def _usage(model, templates_dir: Path, repo_id: str | None, sentence_modules: list[str] | None) -> str:
     auto_class = _auto_class_name(model)
+    sentence_usage = ""
+    if sentence_modules:
+        sentence_usage = _fill(
+            templates_dir,
+            "usage_sentence.md",
+            repo_id=repo_id or "USER/NAME",
+            modules=", then ".join(["the token states", *sentence_modules]),
+        )
     return _fill(
         templates_dir,
         "usage.md",
@@ -503,6 +511,7 @@ def _usage(model, templates_dir: Path, repo_id: str | None) -> str:
         repo_id=repo_id or "USER/NAME",
         example=EXAMPLES.get(auto_class, ""),
         install=install_instructions(),
+        sentence_usage=sentence_usage,
     )
 
 
@@ -518,11 +527,13 @@ def model_card(
     source="",
     name=None,
     metrics_left_out=None,
+    sentence_modules=None,
 ) -> ModelCard:
     """The model card (README.md) of `model`; writes the card's images into `out_dir`. `run_model`: where in
     `run_dir` the run saved the exported weights (`export.model_of_run`); `name`: the card's title without `repo_id`
     (default: the name of `out_dir`); `metrics_left_out`: why the card leaves out the run's metrics (its results,
-    model-index and plots), the rest of what the run says (how it trained, on what) staying."""
+    model-index and plots), the rest of what the run says (how it trained, on what) staying; `sentence_modules`:
+    the sentence-transformers modules after the transformer when the folder is a sentence-transformers one too."""
     templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     run = read_run(Path(run_dir) if run_dir is not None else None)
     if metrics_left_out:
@@ -543,7 +554,7 @@ def model_card(
         training=_training_text(run, str(source), run_model),
         results=_results_text(run, rows),
         figures=_figures(model, run, out_dir),
-        usage=_usage(model, templates_dir, repo_id),
+        usage=_usage(model, templates_dir, repo_id, sentence_modules),
         limitations=_limitations(model, run, templates_dir, num_parameters),
         package_version=elc_bert.__version__,
         transformers_version=transformers.__version__,
