@@ -206,12 +206,12 @@ def package_logs_on_stderr():
 def eval_blimp(args) -> None:
     """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line. MODEL
     (a folder, Hub name or alias) loads as the causal LM its config names (or with --causal), else as a masked LM;
-    weights that did not load are refused unless --allow-unloaded-weights (`scoring.load_model`). The data is read
+    weights that did not load are refused unless --allow-unloaded-weights (`pretrained.load_model`). The data is read
     first, so that a malformed file is reported before the model loads."""
     import torch
 
     from .evaluation.blimp import evaluate_blimp, load_minimal_pairs, report_name
-    from .scoring import load_model
+    from .pretrained import load_model
 
     load_minimal_pairs(args.data)
     model, tokenizer, kind = load_model(
@@ -315,7 +315,7 @@ def run(args):
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
         from .analysis.report import REPORT_MD, analyze, load_sentences
-        from .scoring import load_model
+        from .pretrained import load_model
 
         model, tokenizer, _ = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
         strategies = STRATEGIES if args.strategies is None else args.strategies

@@ -1,5 +1,4 @@
-"""Scoring sentences with a language model: which kind of LM a model is, loading one from a folder or the Hub (refusing
-weights that did not load), and the two sentence scores, in nats.
+"""Scoring sentences with a language model, in nats (loading one by name: `pretrained.load_model`).
 
 Masked LMs are scored by pseudo-log-likelihood (Salazar et al., 2020; the ELC-BERT / BabyLM protocol):
 
@@ -26,97 +25,12 @@ from collections.abc import Sequence
 import torch
 from tqdm.auto import tqdm
 
-from . import runs
-from .data.tokenizer import load_tokenizer
 from .models import ElcBertForMaskedLM, LayerFusionForMaskedLM
-from .models.loading import check_vocabulary, check_weights_loaded, key_list, load_pretrained, unloaded_weights
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_TOKENS = 4096
-KINDS = ("masked", "causal")
 PLL_METRICS = ("original", "within_word_l2r")
-
-
-# --------------------------------------------------------------------------------------------------------- kind
-def _auto_class_names(mapping) -> set[str]:
-    names = set()
-    for value in mapping.values():
-        names.update(value if isinstance(value, (list, tuple)) else [value])
-    return names
-
-
-def language_model_kind(model_or_config) -> str | None:
-    """The kind of language model `model_or_config` is: "masked", "causal" or None (no language-modelling head: a
-    sentence encoder, a classifier, a bare backbone); for a config, before loading, by the classes its
-    `architectures` names.
-
-    A class is what the library's Auto mappings list it as (`AutoModelForMaskedLM`, then `AutoModelForCausalLM`), else
-    what its name says (`...ForMaskedLM`; `...ForCausalLM`, `...LMHeadModel`), which covers this package's classes and
-    remote code. For a class named neither way: a model whose `get_output_embeddings()` is None has no LM head;
-    otherwise `config.is_decoder` means causal, and a model with an output embedding is a masked LM."""
-    from transformers import PretrainedConfig
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    is_config = isinstance(model_or_config, PretrainedConfig)
-    config = model_or_config if is_config else getattr(model_or_config, "config", None)
-    names = (getattr(config, "architectures", None) or []) if is_config else [type(model_or_config).__name__]
-    masked = _auto_class_names(MODEL_FOR_MASKED_LM_MAPPING_NAMES)
-    if any(name in masked or name.endswith("ForMaskedLM") for name in names):
-        return "masked"
-    causal = _auto_class_names(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-    if any(name in causal or name.endswith(("ForCausalLM", "LMHeadModel")) for name in names):
-        return "causal"
-    output_embeddings = None if is_config else getattr(model_or_config, "get_output_embeddings", None)
-    if callable(output_embeddings) and output_embeddings() is None:
-        return None
-    if getattr(config, "is_decoder", False):
-        return "causal"
-    return "masked" if callable(output_embeddings) else None
-
-
-def is_causal_lm(model) -> bool:
-    """Whether `model` is a decoder (left-to-right LM) rather than a masked LM (`language_model_kind`)."""
-    return language_model_kind(model) == "causal"
-
-
-# ------------------------------------------------------------------------------------------------------ loading
-def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = False, allow_unloaded_weights=False):
-    """(model in eval mode, tokenizer, kind) for a local folder or a Hub name.
-
-    kind "masked" or "causal" loads that kind of LM (`AutoModelForMaskedLM`, `AutoModelForCausalLM`); None lets the
-    config decide (`language_model_kind` of its `architectures`): the LM it names, else a masked LM when `lm_head`
-    (a score needs one), else the bare model (`AutoModel`, kind None; e.g. a sentence encoder).
-
-    A checkpoint that does not fill the model (missing, unexpected or mismatched keys, e.g. an encoder folder without
-    an MLM head, whose head would be random) raises a ValueError naming the folder and the keys, unless
-    `allow_unloaded_weights`. `name_or_path` may be an alias (`runs.resolve_model`); the tokenizer is the one
-    `runs.find_tokenizer` finds (the folder's own, else its `tokenizer/` subfolder's: a pretrain run keeps one
-    there), looked for before the model loads."""
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
-
-    from . import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
-
-    if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
-    name_or_path = runs.resolve_model(str(name_or_path))
-    tokenizer_source = runs.find_tokenizer([name_or_path])
-    if kind is None:
-        kind = language_model_kind(AutoConfig.from_pretrained(name_or_path)) or ("masked" if lm_head else None)
-    auto_class = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM, None: AutoModel}[kind]
-    model, loading_info = load_pretrained(auto_class, name_or_path)
-    if not allow_unloaded_weights:
-        hint = "Pass --allow-unloaded-weights (allow_unloaded_weights=True) to use it anyway."
-        check_weights_loaded(name_or_path, model, loading_info, hint)
-    unloaded = [key for keys in unloaded_weights(loading_info).values() for key in keys]
-    if unloaded:
-        logger.warning("%s: used although some weights did not load: %s", name_or_path, key_list(unloaded))
-    tokenizer = load_tokenizer(tokenizer_source)
-    check_vocabulary(tokenizer, model, name_or_path)
-    return model.eval(), tokenizer, kind
 
 
 # ------------------------------------------------------------------------------------------------------ scoring

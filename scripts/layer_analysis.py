@@ -17,8 +17,7 @@ import yaml
 
 from elc_bert.analysis import analyze, load_sentences
 from elc_bert.analysis.report import REPORT_JSON
-from elc_bert.runs import resolve_model
-from elc_bert.scoring import load_model
+from elc_bert.pretrained import load_model, resolve_model
 
 
 def main():

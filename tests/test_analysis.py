@@ -39,7 +39,7 @@ from elc_bert.cli import main
 from elc_bert.evaluation import pseudo_log_likelihoods
 from elc_bert.models import ElcBertConfig, ElcBertModel, LayerFusionModel
 from elc_bert.models.modeling_elc_bert import ElcBertEncoder
-from elc_bert.scoring import load_model
+from elc_bert.pretrained import load_model
 
 
 def tiny_bert(layers=4, cls=BertModel):

@@ -332,7 +332,7 @@ def test_bad_task_files_name_file_line_and_field_before_the_model_loads(task, re
     lines = (babylm.task_files(good)[0]).read_text().splitlines()[:1]
     folder.mkdir(parents=True)
     (folder / "bad.jsonl").write_text(lines[0] + "\n" + json.dumps(record) + "\n")
-    monkeypatch.setattr("elc_bert.scoring.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr("elc_bert.pretrained.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
     with pytest.raises(ValueError) as error:
         evaluate_babylm("no-model-here", tmp_path / "data", tmp_path / "out", [task], progress=False)
     assert f"bad.jsonl:2: field {message}" in str(error.value)

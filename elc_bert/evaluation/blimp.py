@@ -17,7 +17,8 @@ from tqdm.auto import tqdm
 
 from .. import plots
 from ..data.jsonl import read_jsonl
-from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, is_causal_lm, pseudo_log_likelihoods
+from ..pretrained import is_causal_lm
+from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
 from .babylm import chosen
 
 logger = logging.getLogger(__name__)

@@ -21,6 +21,7 @@ from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
 from elc_bert.integrations import write_sentence_files
 from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
+from elc_bert.pretrained import find_tokenizer
 
 from .remote_code import flat_name, remote_code_files
 
@@ -235,7 +236,7 @@ def export(
     `run_dir` (default: `source` when it holds a run's metrics or config) feeds the model card, and must be the run
     that saved the model (`model_of_run`), except that a default one made before runs recorded their models'
     fingerprints gives a card without its metrics (with a warning); `metrics` False leaves any run's metrics out. The
-    tokenizer is `tokenizer` (a folder, Hub name or alias) when given, else the first found (`runs.find_tokenizer`)
+    tokenizer is `tokenizer` (a folder, Hub name or alias) when given, else the first found (`find_tokenizer`)
     in the model folder, the source, the run, or the model the run started from (its config's `model`, e.g. an
     `elc-bert mlm` run); `repo_id` (USER/NAME) goes into the card's snippets. `sentence` (implied by
     `sentence_like`) makes the folder a sentence-transformers one as well, with the pooling (and Normalize) of the
@@ -288,7 +289,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
     model_class = model_class_of(model_dir)
     candidates = [tokenizer] if tokenizer is not None else [model_dir, source, run_dir, _run_start_model(run_dir)]
     try:
-        tokenizer_source = runs.find_tokenizer(candidates)  # before the model loads: a missing one is named at once
+        tokenizer_source = find_tokenizer(candidates)  # before the model loads: a missing one is named at once
     except FileNotFoundError as error:
         raise FileNotFoundError(f"{error}: pass --tokenizer") from None
     model, info = load_pretrained(model_class, model_dir)

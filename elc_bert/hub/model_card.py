@@ -24,6 +24,7 @@ import elc_bert
 from elc_bert import plots, runs
 from elc_bert.intervals import mean_and_interval
 from elc_bert.models import AUTO_CLASSES, FUSIONS, ElcBertModel, LayerFusionModel
+from elc_bert.pretrained import MODEL_ALIASES, is_hub_id
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
@@ -141,7 +142,7 @@ def _read_from_hub(run: dict, name: str, named_on_hub: bool) -> bool:
     ran when there is one, else the Hub (`datasets.load_dataset`, `elc-bert mlm`'s data_dir, a model name): never
     for a name no Hub id has; by the folder the job ran in where the run shows it (`_job_folder`); else when the
     config names it as a Hub source (`named_on_hub`). The folder `export` runs in plays no part."""
-    if not runs.is_hub_id(name):
+    if not is_hub_id(name):
         return False
     folder = _job_folder(run)
     return named_on_hub if folder is None else not (folder / name).exists()
@@ -430,12 +431,12 @@ def parameter_count(model) -> str:
 
 def base_model(run: dict) -> str | None:
     """The Hub model a fine-tuning run (mlm, finetune-ner) started from, as its config names it: an id `owner/name`
-    or an alias of one (`runs.MODEL_ALIASES`); None for a local folder or a run that started from scratch."""
+    or an alias of one (`MODEL_ALIASES`); None for a local folder or a run that started from scratch."""
     if run["kind"] not in ("mlm", "finetune-ner"):
         return None
     name = str(run["config"].get("model") or "")
-    if name in runs.MODEL_ALIASES:
-        return runs.MODEL_ALIASES[name].hub_id
+    if name in MODEL_ALIASES:
+        return MODEL_ALIASES[name].hub_id
     return name if name.count("/") == 1 and _read_from_hub(run, name, named_on_hub=True) else None
 
 

@@ -19,8 +19,8 @@ through these names and the readers (export and its model card, the scorecard, t
 
 One module per question: `layout` (names, which job made a folder, what counts as work), `saved` (checkpoints and
 whether they are whole, files replaced whole, full disks), `writers` (the writer lock, shared starts, trial claims),
-`fingerprints` (which models a run made) and `names` (what a model name stands for, where its tokenizer is). They
-import only `models.loading` from the rest of the package, so that every layer may import them.
+`fingerprints` (which models a run made). What a model name stands for and where its tokenizer is are
+`pretrained`'s. They import only `models.loading` from the rest of the package, so that every layer may import them.
 """
 
 # The names the jobs and readers use, from the module that owns each.
@@ -60,7 +60,6 @@ from .layout import (  # noqa: F401
     trial_dir,
     trial_results,
 )
-from .names import MODEL_ALIASES, ModelAlias, find_tokenizer, is_hub_id, resolve_model  # noqa: F401
 from .saved import (  # noqa: F401
     DISK_FULL_ERRNOS,
     DISK_FULL_WORDS,

@@ -47,7 +47,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..integrations import LoraOptions, describe_lora, with_lora
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
-from ..runs import resolve_model
+from ..pretrained import find_tokenizer, resolve_model
 from .arguments import (
     REPORT_TO_HELP,
     TRACKERS,
@@ -365,8 +365,8 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     folders = [Path(config.data_dir), *map(Path, config.extra_data_dirs)]
     if not folders[0].is_dir():
         raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
-    runs.resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
-    tokenizer = load_tokenizer(runs.find_tokenizer([config.tokenizer or config.model]))
+    resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
+    tokenizer = load_tokenizer(find_tokenizer([config.tokenizer or config.model]))
     writes = writes_run_folder()
     with runs.hold_run_folder(glue_dir, "finetune-glue", writes=writes), runs.naming_full_disk(glue_dir):
         if writes:

@@ -39,7 +39,7 @@ from ..intervals import confidence_interval, mean_and_interval
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
-from ..runs import resolve_model
+from ..pretrained import find_tokenizer, resolve_model
 from .arguments import REPORT_TO_HELP, TRACKERS, UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 from .config import check_fields, config_field, save_config
 
@@ -297,7 +297,7 @@ def prepare(config: FinetuneNerConfig) -> tuple[TrialData, dict]:
     splits, scheme = load_data(config)
     label_names = splits["train"].features["ner_tags"].feature.names
     entity_types = len({name[2:] for name in label_names if name != "O"})
-    tokenizer = load_tokenizer(runs.find_tokenizer([config.model]))
+    tokenizer = load_tokenizer(find_tokenizer([config.model]))
     dev = splits["validation"]
     if config.max_eval_sentences is not None:
         dev = dev.select(range(min(config.max_eval_sentences, len(dev))))

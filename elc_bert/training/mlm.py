@@ -26,7 +26,7 @@ from ..data.tokenizer import load_tokenizer
 from ..models import FUSIONS, LayerFusionForMaskedLM
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
-from ..runs import resolve_model
+from ..pretrained import find_tokenizer, is_hub_id, resolve_model
 from .arguments import (
     REPORT_TO_HELP,
     TRACKERS,
@@ -92,7 +92,7 @@ def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[st
     """The train / validation / test lines, from local files or a Hub dataset."""
     root = Path(data_dir)
     if not root.exists():
-        if not runs.is_hub_id(data_dir):
+        if not is_hub_id(data_dir):
             raise FileNotFoundError(f"data_dir {data_dir}: no such folder (and not a Hub dataset name)")
         hub = datasets.load_dataset(data_dir, dataset_config)
         missing = sorted({"train", "validation", "test"} - set(hub))
@@ -167,7 +167,7 @@ def mlm(config: MlmConfig) -> dict:
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "mlm")
     model_path = resolve_model(config.model)
-    tokenizer = load_tokenizer(runs.find_tokenizer([model_path]))
+    tokenizer = load_tokenizer(find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
     train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
     validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
