@@ -6,6 +6,7 @@
 from .integrations import lora_config, sentence_transformer
 from .models import *  # noqa: F401,F403
 from .models import __all__ as _models_all
+from .models.errors import InputError
 
 __version__ = "0.1.0"
-__all__ = [*_models_all, "lora_config", "sentence_transformer"]
+__all__ = [*_models_all, "InputError", "lora_config", "sentence_transformer"]

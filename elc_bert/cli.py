@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 from . import __version__, runs
+from .models.errors import InputError
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
 from .training.config import describe_config, load_config, named_config
 
-# What a user can fix in their input: exit 2, like argparse's usage errors. Anything else is a runtime failure: 1.
-# (A TypeError or KeyError is a bug of ours, not an input: exit 1. A missing package is the user's to install.)
-INPUT_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, ModuleNotFoundError)
+# What a user can fix in their input: exit 2, like argparse's usage errors; our checks raise `InputError` for it.
+# Anything else (a ValueError from inside torch or transformers included) is a runtime failure: exit 1.
+INPUT_ERRORS = (InputError,)
 
 # The jobs driven by a YAML config: command -> (module of elc_bert.training, its config class, its configs/ folder,
 # what it does).
@@ -253,7 +254,7 @@ def eval_babylm(args) -> None:
     for entry in args.task_dir:
         task, sep, folder = entry.partition("=")
         if not sep or not folder:
-            raise ValueError(f"--task-dir must be TASK=DIR, got {entry!r}")
+            raise InputError(f"--task-dir must be TASK=DIR, got {entry!r}")
         task_dirs[task] = folder
     out_dir = Path(args.out) if args.out else Path("outputs") / "eval-babylm" / Path(args.model.rstrip("/")).name
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}

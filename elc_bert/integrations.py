@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
+from .models.errors import InputError, MissingPackageError
 
 
 @dataclass
@@ -89,7 +90,7 @@ def lora_config(
         elif encoder.config.model_type in PEFT_TARGETS:
             target_modules = list(PEFT_TARGETS[encoder.config.model_type])
         else:
-            raise ValueError(f"no default LoRA targets for a {encoder.config.model_type} backbone: pass target_modules")
+            raise InputError(f"no default LoRA targets for a {encoder.config.model_type} backbone: pass target_modules")
     if hasattr(model, "classifier"):
         save.append("classifier")
     task_type = next((task for suffix, task in TASK_TYPES.items() if type(model).__name__.endswith(suffix)), None)
@@ -119,7 +120,7 @@ def sentence_transformer(model, tokenizer, like=None, device: str | None = None)
     try:
         from sentence_transformers import SentenceTransformer, models
     except ImportError as error:
-        raise ImportError(
+        raise MissingPackageError(
             f"a sentence-transformers model needs the sentence-transformers package ({error}): "
             "pip install 'elc_bert[sentence]'"
         ) from None

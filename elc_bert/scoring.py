@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .models import ElcBertForMaskedLM, LayerFusionForMaskedLM
+from .models.errors import InputError
 
 logger = logging.getLogger(__name__)
 
@@ -147,9 +148,9 @@ def pseudo_log_likelihoods(
     completion only, with `pll` and `temperature` as the module says. Duplicates are scored once
     (`token_pseudo_log_likelihoods` scores them)."""
     if tokenizer.mask_token_id is None:
-        raise ValueError("pseudo-log-likelihood needs a tokenizer with a mask token (use the causal path for decoders)")
+        raise InputError("pseudo-log-likelihood needs a tokenizer with a mask token (use the causal path for decoders)")
     if pll not in PLL_METRICS:
-        raise ValueError(f"pll must be one of {PLL_METRICS}, got {pll!r}")
+        raise InputError(f"pll must be one of {PLL_METRICS}, got {pll!r}")
     keys = list(zip(sentences, starts if starts is not None else [None] * len(sentences)))
     unique = list(dict.fromkeys(keys))
     if not unique:

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from elc_bert import InputError
 from elc_bert.cli import main
+from elc_bert.models.errors import InputNotFoundError
 
 
 def _config(tmp_path, text):
@@ -42,6 +44,40 @@ def test_a_runtime_failure_exits_1(tmp_path, capsys, monkeypatch):
         main(["scorecard", str(tmp_path)])
     assert exit_info.value.code == 1
     assert "failed (RuntimeError): the disk is full" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "error, code, shown",
+    [
+        (ValueError("too many values to unpack"), 1, "failed (ValueError): too many values to unpack"),
+        (KeyError("hidden_size"), 1, "failed (KeyError)"),
+        (FileNotFoundError("/tmp/cache/x.arrow"), 1, "failed (FileNotFoundError)"),
+        (InputError("scores.json, line 3: no accuracy"), 2, "error: scores.json, line 3: no accuracy"),
+        (InputNotFoundError("no such run"), 2, "error: no such run"),
+    ],
+)
+def test_only_input_errors_exit_2(tmp_path, capsys, monkeypatch, error, code, shown):
+    """Exit 2 says "your input is wrong": only the package's `InputError` (raised by its own checks) gets it; a
+    ValueError or a missing file raised inside a library is a failure (exit 1) with its type shown."""
+    import elc_bert.evaluation.scorecard as scorecard
+
+    def broken(run_dir):
+        raise error
+
+    monkeypatch.setattr(scorecard, "scorecard", broken)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scorecard", str(tmp_path)])
+    assert exit_info.value.code == code
+    assert shown in capsys.readouterr().err
+
+
+def test_a_malformed_yaml_config_is_an_input_error_naming_file_and_line(tmp_path, capsys):
+    config = _config(tmp_path, "output_dir: run\ntrain_files: [a,\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", config])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and "job.yaml" in err and "line 3" in err
 
 
 @pytest.mark.parametrize("how", ["flag", "environment"])

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from ..models.configuration_layer_fusion import LayerFusionConfig
+from ..models.errors import InputError
 from ..models.modeling_elc_bert import Parallel, check_layer_plan
 
 STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
@@ -37,7 +38,7 @@ def painters_plan(strategy: str, num_layers: int, start: int, seed: int = 0, ite
     `iterations` times (looped_parallel)."""
     middle = list(range(start + 1, num_layers - start))
     if start < 0 or not middle:
-        raise ValueError(
+        raise InputError(
             f"start N={start} leaves no middle layers in a {num_layers}-layer model (need 0 <= N <= T/2-1)"
         )
     head, tail = list(range(start + 1)), list(range(num_layers - start, num_layers))
@@ -55,7 +56,7 @@ def painters_plan(strategy: str, num_layers: int, start: int, seed: int = 0, ite
     elif strategy == "looped_parallel":
         changed = [Parallel(tuple(middle), iterations)]
     else:
-        raise ValueError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
+        raise InputError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
     return head + changed + tail
 
 
@@ -79,7 +80,7 @@ def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
             candidate = getattr(module, name, None)
             if isinstance(candidate, nn.ModuleList) and len(candidate) and _is_block_list(module, name):
                 return module, name
-    raise ValueError(f"{type(model).__name__}: no layer list found (expected an encoder's `layer` or a `layers` list)")
+    raise InputError(f"{type(model).__name__}: no layer list found (expected an encoder's `layer` or a `layers` list)")
 
 
 def _is_block_list(module: nn.Module, name: str) -> bool:
@@ -119,7 +120,7 @@ def apply_layer_plan(model: nn.Module, plan: list):
     owner, name = layer_list(model)
     layers = num_layers(model)
     if getattr(model.config, "model_type", None) == LayerFusionConfig.model_type and len(plan) != layers:
-        raise ValueError(
+        raise InputError(
             f"a layer plan of {len(plan)} steps over a layer-fusion model, whose head reads one state per backbone "
             f"layer ({layers}): plans that skip or repeat layers cannot run under the head; analyse its backbone"
         )

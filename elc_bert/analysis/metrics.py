@@ -14,6 +14,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models import FUSIONS
+from ..models.errors import InputError
 from ..pretrained import language_model_kind
 from ..scoring import DEFAULT_BATCH_TOKENS, token_pseudo_log_likelihoods
 from .interventions import STRATEGIES, apply_layer_plan, layer_list, num_layers, painters_plan, skip_plan
@@ -166,9 +167,9 @@ class PseudoPerplexity:
 
     def __init__(self, model, tokenizer, batches: list[dict], batch_tokens: int = DEFAULT_BATCH_TOKENS):
         if language_model_kind(model) != "masked":
-            raise ValueError("pseudo-perplexity needs a masked LM (a model with an MLM head)")
+            raise InputError("pseudo-perplexity needs a masked LM (a model with an MLM head)")
         if tokenizer.mask_token_id is None:
-            raise ValueError("pseudo-perplexity needs a tokenizer with a mask token")
+            raise InputError("pseudo-perplexity needs a tokenizer with a mask token")
         self.model, self.batch_tokens = model, batch_tokens
         self.mask_id, self.pad_id = tokenizer.mask_token_id, tokenizer.pad_token_id or 0
         self.name, self.relative = "pseudo-perplexity", True

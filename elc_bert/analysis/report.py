@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from .. import plots
+from ..models.errors import InputError, InputNotFoundError
 from .interventions import STRATEGIES
 from .metrics import (
     PseudoPerplexity,
@@ -33,7 +34,7 @@ def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 
     elif data.is_file():
         files = [data]
     else:
-        raise FileNotFoundError(f"--data {data}: no such file or folder")
+        raise InputNotFoundError(f"--data {data}: no such file or folder")
     sentences = []
     for path in files:
         opener = gzip.open if path.suffix == ".gz" else open
@@ -45,7 +46,7 @@ def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 
                 if len(sentences) >= max_sentences:
                     return sentences
     if not sentences:
-        raise ValueError(f"--data {data}: no line of at least {min_words} words in {[str(f) for f in files]}")
+        raise InputError(f"--data {data}: no line of at least {min_words} words in {[str(f) for f in files]}")
     return sentences
 
 
@@ -74,7 +75,7 @@ def analyze(
     elif metric == "auto":
         metric = TaskMetric(model, tokenizer, batches, seed=seed)
     else:
-        raise ValueError(f"metric must be 'auto' or 'pppl', got {metric!r}")
+        raise InputError(f"metric must be 'auto' or 'pppl', got {metric!r}")
     report = {
         "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
         "sentences": len(sentences),

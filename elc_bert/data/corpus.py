@@ -16,6 +16,7 @@ import datasets
 from datasets.exceptions import DatasetGenerationError
 from datasets.fingerprint import Hasher
 
+from ..models.errors import InputError
 from .pretraining import PACKINGS
 from .text import corpus_files, file_documents, read_lines, read_text
 
@@ -77,7 +78,7 @@ def document_dataset(
             raise error.__cause__ from None
         raise
     except ValueError as error:  # `datasets` refuses a split without rows: say which files those were
-        raise ValueError(f"no text in {', '.join(map(str, files))}") from error
+        raise InputError(f"no text in {', '.join(map(str, files))}") from error
 
 
 def packed_samples(
@@ -92,9 +93,9 @@ def packed_samples(
     `progress` shows the map's progress bar.
     """
     if seq_length < 3:
-        raise ValueError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
+        raise InputError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
     if "sentences" not in documents.column_names:
-        raise ValueError(f"documents need a 'sentences' column (from `document_dataset`), got {documents.column_names}")
+        raise InputError(f"documents need a 'sentences' column (from `document_dataset`), got {documents.column_names}")
     with _progress_bars(progress):
         return documents.map(
             _pack_batch,
@@ -113,7 +114,7 @@ def streamed_samples(
     """The samples of `packed_samples(document_dataset(source), ...)`, packed while `source` streams in (nothing is
     downloaded first nor cached; `cache_dir` only holds the loader's lock files)."""
     if seq_length < 3:
-        raise ValueError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
+        raise InputError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
     documents = _load_texts(source, cache_dir, streaming=True).map(
         _documents_of_texts,
         batched=True,
@@ -141,7 +142,7 @@ def _load_texts(source: DatasetSource, cache_dir=None, streaming: bool = False):
     )
     columns = texts.column_names  # None for a stream whose features are unknown until read
     if columns is not None and source.text_column not in columns:
-        raise ValueError(
+        raise InputError(
             f"{source.path} ({source.split} split): no text column {source.text_column!r}, its columns are {columns}"
         )
     return texts.select_columns([source.text_column])
@@ -174,7 +175,7 @@ def _pack_batch(batch: dict, tokenizer, seq_length: int, packing: str = "sentenc
         tokenized.append(ids[start : start + len(document)])
         start += len(document)
     if packing not in PACKINGS:
-        raise ValueError(f"packing must be one of {sorted(PACKINGS)}, got {packing!r}")
+        raise InputError(f"packing must be one of {sorted(PACKINGS)}, got {packing!r}")
     segments = PACKINGS[packing](tokenized, seq_length - 2)
     return {"input_ids": [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]}
 

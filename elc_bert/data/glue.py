@@ -8,6 +8,7 @@ both read.
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.errors import InputError
 from .jsonl import read_jsonl
 
 
@@ -62,15 +63,15 @@ def read_task_file(path: str | Path, task: GlueTask, limit: int | None = None) -
             break
         for key in task.fields:
             if not isinstance(row.get(key), str):
-                raise ValueError(f"{path}, line {line_number}: field '{key}' is missing or not a string")
+                raise InputError(f"{path}, line {line_number}: field '{key}' is missing or not a string")
         label = row.get("label")
         if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < task.num_labels:
-            raise ValueError(
+            raise InputError(
                 f"{path}, line {line_number}: 'label' must be an integer in [0, {task.num_labels}), got {label!r}"
             )
         rows.append(row)
     if not rows:
-        raise ValueError(f"{path}: no examples in the file")
+        raise InputError(f"{path}: no examples in the file")
     return rows
 
 

@@ -4,6 +4,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..models.errors import InputError, InputNotFoundError
 from .text import numbered_lines
 
 
@@ -13,14 +14,14 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     a missing file, FileNotFoundError. A byte-order mark at the start of the file is dropped."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+        raise InputNotFoundError(f"{path}: no such file")
     for line_number, line in numbered_lines(path):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
-            raise ValueError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
+            raise InputError(f"{path}, line {line_number}: not valid JSON ({error.msg})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}")
+            raise InputError(f"{path}, line {line_number}: expected a JSON object, got {type(row).__name__}")
         yield line_number, row

@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 
+from ..models.errors import InputError
 from .text import numbered_lines
 
 CONLL03_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
@@ -31,7 +32,7 @@ def convert_scheme(tags: list[str], scheme: str) -> list[str]:
     starts with I- unless it directly follows one of the same type (then B-). Tags already in `scheme` are kept; an
     I- tag that does not continue an entity of its type starts one (as the conlleval rules read it)."""
     if scheme not in ("IOB1", "IOB2"):
-        raise ValueError(f"scheme must be 'IOB1' or 'IOB2', got {scheme!r}")
+        raise InputError(f"scheme must be 'IOB1' or 'IOB2', got {scheme!r}")
     converted, previous = [], "O"
     for tag in tags:
         prefix, _, kind = tag.partition("-")
@@ -156,7 +157,7 @@ def load_conll03(data_dir, *, scheme: str = "iob2") -> datasets.DatasetDict:
         "iob2": ("iob2", "train.txt", "valid.txt", "test.txt"),
     }
     if scheme not in names:
-        raise ValueError(f"scheme must be 'iob1' or 'iob2', got {scheme!r}")
+        raise InputError(f"scheme must be 'iob1' or 'iob2', got {scheme!r}")
     folder, *files = names[scheme]
     return datasets.DatasetDict(
         {
@@ -180,7 +181,7 @@ def load_wikiann(data_dir, language: str, *, layout: str = "rahimi") -> datasets
         paths = {split: data_dir / "xtreme_panx" / f"{name}-{language}.tsv" for split, name in _SPLIT_NAMES}
         prefix = ""
     else:
-        raise ValueError(f"layout must be 'rahimi' or 'xtreme', got {layout!r}")
+        raise InputError(f"layout must be 'rahimi' or 'xtreme', got {layout!r}")
     splits = {}
     for split, path in paths.items():
         unlabelled = layout == "xtreme" and split == "test"
@@ -211,7 +212,7 @@ def few_shot_sample(dataset: datasets.Dataset, n_per_class: int, num_classes: in
     """N x C sentences drawn uniformly without replacement from the whole split (not stratified), per seed."""
     size = n_per_class * num_classes
     if size > len(dataset):
-        raise ValueError(f"asked for {size} sentences ({n_per_class} x {num_classes}), the split has {len(dataset)}")
+        raise InputError(f"asked for {size} sentences ({n_per_class} x {num_classes}), the split has {len(dataset)}")
     indices = np.random.default_rng(seed).choice(len(dataset), size=size, replace=False)
     return dataset.select(sorted(indices.tolist()))
 

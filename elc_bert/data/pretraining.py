@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models.errors import InputError
+
 
 def pack_sentences(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int) -> list[list[int]]:
     """Greedily packs whole sentences (lists of token ids) of each document into segments of at most `max_tokens`.
@@ -98,15 +100,15 @@ class SpanMaskingCollator:
 
     def __post_init__(self):
         if not 0 < self.mask_p < 1:
-            raise ValueError(f"mask_p must be in (0, 1), got {self.mask_p}")
+            raise InputError(f"mask_p must be in (0, 1), got {self.mask_p}")
         if not 0 < self.span_p <= 1:
-            raise ValueError(f"span_p must be in (0, 1], got {self.span_p}")
+            raise InputError(f"span_p must be in (0, 1], got {self.span_p}")
         if self.max_span < 2:
-            raise ValueError(f"max_span must be >= 2, got {self.max_span}")
+            raise InputError(f"max_span must be >= 2, got {self.max_span}")
         if self.max_tries < 1:
-            raise ValueError(f"max_tries must be >= 1, got {self.max_tries}")
+            raise InputError(f"max_tries must be >= 1, got {self.max_tries}")
         if not 0 <= self.short_p < 1:
-            raise ValueError(f"short_p must be in [0, 1), got {self.short_p}")
+            raise InputError(f"short_p must be in [0, 1), got {self.short_p}")
 
     def __call__(self, examples, draw: int | None = None, max_length: int | None = None) -> dict[str, torch.Tensor]:
         """examples: lists of ids or dicts with "input_ids"; draw: the number of the batch drawing them (see above);
@@ -195,7 +197,7 @@ def schedule_batches(num_samples: int, batch_size: int, num_batches: int, seed: 
     """Sample indices of `num_batches` full batches: successive seeded permutations of range(num_samples) (one per
     epoch), read in consecutive chunks of `batch_size`, so that every sample is seen once per epoch."""
     if num_samples == 0:
-        raise ValueError("cannot schedule batches from an empty dataset")
+        raise InputError("cannot schedule batches from an empty dataset")
     generator = torch.Generator().manual_seed(seed)
     needed = num_batches * batch_size
     epochs = -(-needed // num_samples)

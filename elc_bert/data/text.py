@@ -5,6 +5,8 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..models.errors import InputError, InputNotFoundError
+
 
 def read_text(path: str | Path) -> str:
     """The text of a UTF-8 file (gzip when the name ends in .gz), without a byte-order mark at its start. Bytes that
@@ -22,14 +24,14 @@ def read_text(path: str | Path) -> str:
             what = "truncated gzip data" if isinstance(error, EOFError) else "corrupt gzip data"
             what = what if compressed else "read error"
             line = data.count(b"\n") + 1  # the first line not read (to within a block)
-            raise ValueError(f"{path}, line {line}: cannot be read ({what}: {error})") from None
+            raise InputError(f"{path}, line {line}: cannot be read ({what}: {error})") from None
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as error:
         line_start = data.rfind(b"\n", 0, error.start) + 1
         line = data.count(b"\n", 0, error.start) + 1
         hint = ": it is gzip data, name it .gz" if data.startswith(b"\x1f\x8b") and not compressed else ""
-        raise ValueError(
+        raise InputError(
             f"{path}, line {line}: not UTF-8 text (byte {data[error.start]:#04x} at column "
             f"{error.start - line_start + 1}){hint}"
         ) from None
@@ -57,10 +59,10 @@ def corpus_files(source: str | Path, split: str = "train") -> list[Path]:
     if source.is_file():
         return [source]
     if not source.is_dir():
-        raise FileNotFoundError(f"{source}: no such file or folder")
+        raise InputNotFoundError(f"{source}: no such file or folder")
     files = sorted(p for p in source.rglob("*") if p.is_file() and p.name.removesuffix(".gz").endswith(f".{split}"))
     if not files:
-        raise FileNotFoundError(f"{source}: no '*.{split}' or '*.{split}.gz' files (the {split} split is missing)")
+        raise InputNotFoundError(f"{source}: no '*.{split}' or '*.{split}.gz' files (the {split} split is missing)")
     return files
 
 
@@ -83,5 +85,5 @@ def read_documents(paths: list[Path]) -> list[list[str]]:
     """The documents of the files in turn (`file_documents`); no text in any of them is an error."""
     documents = [document for path in paths for document in file_documents(path)]
     if not documents:
-        raise ValueError(f"no text in {', '.join(map(str, paths))}")
+        raise InputError(f"no text in {', '.join(map(str, paths))}")
     return documents

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.jsonl import read_jsonl
+from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
 
@@ -55,9 +56,9 @@ def _fields(record: dict, names: tuple, where: str) -> list:
     for name in names:
         value = record.get(name)
         if value is None:
-            raise ValueError(f"{where}: field '{name}' is missing")
+            raise InputError(f"{where}: field '{name}' is missing")
         if isinstance(value, str) and not value.strip():
-            raise ValueError(f"{where}: field '{name}' is empty")
+            raise InputError(f"{where}: field '{name}' is empty")
         values.append(value)
     return values
 
@@ -83,10 +84,10 @@ def _ewok(record, path: Path, where: str) -> Item:
 def _entity_tracking(record, path: Path, where: str) -> Item:
     prefix, options, ops = _fields(record, ("input_prefix", "options", "numops"), where)
     if not isinstance(options, list) or len(options) < 2:
-        raise ValueError(f"{where}: field 'options' must list at least 2 continuations, got {options!r}")
+        raise InputError(f"{where}: field 'options' must list at least 2 continuations, got {options!r}")
     for index, option in enumerate(options):
         if not isinstance(option, str) or not option.strip():
-            raise ValueError(f"{where}: field 'options' item {index} is empty")
+            raise InputError(f"{where}: field 'options' item {index} is empty")
     uid = f"{path.name.split('.')[0]}_{ops}_ops"
     return Item([prefix + option for option in options], list(options), uid, where)
 
@@ -95,9 +96,9 @@ def _wug(record, path: Path, where: str) -> Item:
     sentences, ratio = _fields(record, ("sentences", "ratio"), where)
     candidates = sentences.split("\t")
     if len(candidates) < 2 or not all(candidate.strip() for candidate in candidates):
-        raise ValueError(f"{where}: field 'sentences' must hold at least 2 non-empty tab-separated sentences")
+        raise InputError(f"{where}: field 'sentences' must hold at least 2 non-empty tab-separated sentences")
     if not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
-        raise ValueError(f"{where}: field 'ratio' must be a number in [0, 1], got {ratio!r}")
+        raise InputError(f"{where}: field 'ratio' must be a number in [0, 1], got {ratio!r}")
     return Item(candidates, candidates, path.name.split(".")[0], where, ratio=float(ratio))
 
 
@@ -141,11 +142,11 @@ def resolve_data(data: str | Path) -> Path:
     path = Path(data)
     if path.exists():
         if not path.is_dir():
-            raise NotADirectoryError(f"{data}: the evaluation data must be a folder")
+            raise InputNotADirectoryError(f"{data}: the evaluation data must be a folder")
         return path
 
     if not is_hub_id(str(data)) or "/" not in str(data):  # a dataset id has an owner
-        raise FileNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)")
+        raise InputNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)")
     from huggingface_hub import snapshot_download
 
     return Path(snapshot_download(str(data), repo_type="dataset"))
@@ -162,7 +163,7 @@ def find_task_folder(task: str, data: Path) -> Path:
     first of the task's folder names found; for `data` = `.../fast_eval`, the tasks it has no copy of (the wug tests,
     entity tracking) come from the `full_eval/` beside it, as in the official fast evaluation."""
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+        raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     names = TASKS[task].folders
     if data.name in names and data.is_dir():
         return data
@@ -171,7 +172,7 @@ def find_task_folder(task: str, data: Path) -> Path:
             for parent in parents:
                 if (parent / name).is_dir():
                     return parent / name
-    raise FileNotFoundError(
+    raise InputNotFoundError(
         f"{data}: no folder for task {task} (looked for {', '.join(names)} in it, full_eval/ and fast_eval/)"
     )
 
@@ -179,10 +180,10 @@ def find_task_folder(task: str, data: Path) -> Path:
 def read_task(task: str, folder: Path) -> list[Item]:
     """The items of `task` in `folder`, in file and line order; bad records raise ValueError naming file:line."""
     if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+        raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     files = task_files(folder)
     if not files:
-        raise FileNotFoundError(f"{folder}: no .jsonl or .jsonl.gz files for task {task}")
+        raise InputNotFoundError(f"{folder}: no .jsonl or .jsonl.gz files for task {task}")
     items = []
     for path in files:
         for number, record in read_jsonl(path):
@@ -301,14 +302,14 @@ def model_folders(model: str | Path, all_checkpoints: bool) -> dict[str, str]:
         return {"main": str(model)}
     folder = Path(model)
     if not folder.is_dir():
-        raise NotADirectoryError(f"{model}: --all-checkpoints needs a pretraining run folder")
+        raise InputNotADirectoryError(f"{model}: --all-checkpoints needs a pretraining run folder")
     found = {path.name: str(path) for path in runs.checkpoints(folder)}
     words = sorted(folder.glob(runs.WORDS_CHECKPOINT + "*"), key=lambda p: _words_seen(p).get("words", 0))
     found.update({path.name: str(path) for path in words if path.is_dir()})
     if (folder / "config.json").is_file():
         found["main"] = str(folder)
     if not found:
-        raise FileNotFoundError(f"{folder}: no checkpoint-*, words-* or final model to evaluate")
+        raise InputNotFoundError(f"{folder}: no checkpoint-*, words-* or final model to evaluate")
     return found
 
 
@@ -379,9 +380,9 @@ def evaluate_babylm(
     tasks = list(tasks or TASKS)
     for task in tasks:
         if task not in TASKS:
-            raise ValueError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
+            raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     if temperature <= 0:
-        raise ValueError(f"temperature must be positive, got {temperature}")
+        raise InputError(f"temperature must be positive, got {temperature}")
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
     revisions = model_folders(model, all_checkpoints)
@@ -407,7 +408,7 @@ def evaluate_babylm(
             model_object, tokenizer, kind = loaded
             causal = kind == "causal"
             if not causal and tokenizer.mask_token_id is None:
-                raise ValueError(f"{source}: a masked LM needs a tokenizer with a mask token")
+                raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
             logger.info("%s %s: %d items", revision, task, len(items[task]))
             scores = score_items(model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress)
             result = evaluate(task, items[task], scores)

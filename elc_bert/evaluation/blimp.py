@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import plots
 from ..data.jsonl import read_jsonl
+from ..models.errors import InputError, InputNotFoundError
 from ..pretrained import is_causal_lm
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
 from .babylm import chosen
@@ -48,10 +49,10 @@ def read_minimal_pairs(path: str | Path) -> list[dict]:
         for key in ("sentence_good", "sentence_bad"):
             value = row.get(key)
             if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{path}, line {line_number}: '{key}' is missing or not a non-empty string")
+                raise InputError(f"{path}, line {line_number}: '{key}' is missing or not a non-empty string")
         pairs.append(row)
     if not pairs:
-        raise ValueError(f"{path}: no minimal pairs in the file")
+        raise InputError(f"{path}: no minimal pairs in the file")
     return pairs
 
 
@@ -61,17 +62,17 @@ def load_minimal_pairs(data: str | Path) -> dict[str, list[dict]]:
     if data.is_file():
         return {_set_name(data) or data.stem: read_minimal_pairs(data)}
     if not data.is_dir():
-        raise FileNotFoundError(f"minimal-pair data not found: {data} (expected a folder of .jsonl(.gz) files or one)")
+        raise InputNotFoundError(f"minimal-pair data not found: {data} (expected a folder of .jsonl(.gz) files or one)")
     sets = {}
     for path in sorted(data.iterdir()):
         name = _set_name(path)
         if name is None or not path.is_file():
             continue
         if name in sets:
-            raise ValueError(f"{data}: set '{name}' appears twice (both {name}.jsonl and {name}.jsonl.gz?)")
+            raise InputError(f"{data}: set '{name}' appears twice (both {name}.jsonl and {name}.jsonl.gz?)")
         sets[name] = read_minimal_pairs(path)
     if not sets:
-        raise FileNotFoundError(f"{data}: no .jsonl or .jsonl.gz files in this folder")
+        raise InputNotFoundError(f"{data}: no .jsonl or .jsonl.gz files in this folder")
     return sets
 
 
@@ -262,11 +263,11 @@ def evaluate_blimp(
     `{name}.partial.jsonl` (see `_PartialScores`), so that an interrupted run, started again, resumes at the next
     set."""
     if batch_tokens < 1:
-        raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        raise InputError(f"batch_tokens must be positive, got {batch_tokens}")
     sets = load_minimal_pairs(data)
     if max_pairs_per_set is not None:
         if max_pairs_per_set < 1:
-            raise ValueError(f"max_pairs_per_set must be positive, got {max_pairs_per_set}")
+            raise InputError(f"max_pairs_per_set must be positive, got {max_pairs_per_set}")
         sets = {set_name: pairs[:max_pairs_per_set] for set_name, pairs in sets.items()}
     causal = is_causal_lm(model) if causal is None else causal
     scorer = causal_log_likelihoods if causal else pseudo_log_likelihoods

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .. import plots, runs
 from ..data.glue import BABYLM_ENTRIES as GLUE_ENTRIES
+from ..models.errors import InputError, InputNotFoundError
 
 WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
 COLUMNS = ["blimp", "supplement", "glue", "msgs"]
@@ -55,16 +56,16 @@ def _read_json(path: Path) -> dict:
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
+        raise InputError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(value).__name__}")
+        raise InputError(f"{path}: expected a JSON object, got {type(value).__name__}")
     return value
 
 
 def _fraction(path: Path, value, key: str) -> float:
     """A score read from a result file: a number in [0, 1] (the files store fractions); MCC may be negative."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not -1 <= value <= 1:
-        raise ValueError(f"{path}: '{key}' must be a number in [-1, 1] (a fraction, not a percentage), got {value!r}")
+        raise InputError(f"{path}: '{key}' must be a number in [-1, 1] (a fraction, not a percentage), got {value!r}")
     return float(value)
 
 
@@ -75,7 +76,7 @@ def read_overall(run_dir: Path, part: str) -> tuple[float | None, str | None]:
         if path.is_file():
             results = _read_json(path)
             if "overall" not in results:
-                raise ValueError(f"{path}: no 'overall' key (the mean accuracy, a fraction in [0, 1])")
+                raise InputError(f"{path}: no 'overall' key (the mean accuracy, a fraction in [0, 1])")
             return 100 * _fraction(path, results["overall"], "overall"), str(path)
     return None, None
 
@@ -90,7 +91,7 @@ def read_glue(run_dir: Path) -> dict[str, float | None]:
             continue
         result = _read_json(path)
         if "metric" not in result:
-            raise ValueError(f"{path}: no 'metric' key")
+            raise InputError(f"{path}: no 'metric' key")
         scores[entry] = 100 * _fraction(path, result["metric"], "metric")
     return scores
 
@@ -119,7 +120,7 @@ def build_scorecard(run_dir: str | Path) -> dict:
     """Reads every available part of `run_dir` and returns the scorecard (scores in %, None where missing)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise FileNotFoundError(f"run directory not found: {run_dir}")
+        raise InputNotFoundError(f"run directory not found: {run_dir}")
     ours = {"name": f"ours ({run_dir.name})"}
     sources = {}
     for part in ("blimp", "supplement", "msgs"):

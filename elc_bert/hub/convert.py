@@ -19,6 +19,7 @@ import torch
 from elc_bert import models
 from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 
+from ..models.errors import InputError, InputNotFoundError
 from .export import check_out_dir, written_in_place_of
 
 PROBE_LENGTHS = (12, 7)  # a padded batch: one full row, one with padding
@@ -28,7 +29,7 @@ def _our_class(architecture: str):
     name = "ElcBert" + architecture.removeprefix("LtgBert")
     model_class = getattr(models, name, None)
     if not architecture.startswith("LtgBert") or model_class is None:
-        raise ValueError(f"no counterpart of {architecture!r} in elc_bert (expected LtgBertForMaskedLM, ...)")
+        raise InputError(f"no counterpart of {architecture!r} in elc_bert (expected LtgBertForMaskedLM, ...)")
     return model_class
 
 
@@ -57,7 +58,7 @@ def probe_outputs(model, input_ids, attention_mask) -> torch.Tensor:
         if value is not None:
             value = value.float()
             return value[attention_mask.bool()] if value.dim() == 3 else value
-    raise ValueError(f"{type(model).__name__} returned none of logits / start_logits / last_hidden_state")
+    raise InputError(f"{type(model).__name__} returned none of logits / start_logits / last_hidden_state")
 
 
 def _reference_model(source: Path, config: dict, architecture: str):
@@ -77,10 +78,10 @@ def _reference_model(source: Path, config: dict, architecture: str):
 
 def _compare(ours: torch.Tensor, theirs: torch.Tensor, what: str, atol: float):
     if ours.shape != theirs.shape:
-        raise ValueError(f"conversion check against {what}: output shape {tuple(ours.shape)} != {tuple(theirs.shape)}")
+        raise InputError(f"conversion check against {what}: output shape {tuple(ours.shape)} != {tuple(theirs.shape)}")
     error = (ours - theirs.float()).abs().max().item()
     if not error <= atol:
-        raise ValueError(
+        raise InputError(
             f"conversion check against {what}: max abs difference {error:.3g} exceeds {atol}; nothing written"
         )
     return error
@@ -92,10 +93,10 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
     source, out_dir = Path(source), Path(out_dir)
     config_file = source / "config.json"
     if not config_file.is_file():
-        raise FileNotFoundError(f"{source} has no config.json")
+        raise InputNotFoundError(f"{source} has no config.json")
     config = json.loads(config_file.read_text(encoding="utf-8"))
     if config.get("model_type") != models.LtgBertConfig.model_type:
-        raise ValueError(f"{config_file}: model_type is {config.get('model_type')!r}, not 'ltgbert'")
+        raise InputError(f"{config_file}: model_type is {config.get('model_type')!r}, not 'ltgbert'")
     check_out_dir(source, out_dir, overwrite)
     architecture = (config.get("architectures") or ["LtgBertForMaskedLM"])[0]
     model_class = _our_class(architecture)

@@ -23,6 +23,7 @@ from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 from elc_bert.pretrained import find_tokenizer
 
+from ..models.errors import InputError, InputExistsError, InputNotFoundError
 from .remote_code import flat_name, remote_code_files
 
 WEIGHT_FILES = (
@@ -54,7 +55,7 @@ def find_model_dir(source: Path) -> Path:
     if not checkpoints and has_model(source):
         raise OSError(f"{cut_short_weights(source)} is cut short, and {source} holds no whole checkpoint to export")
     if not checkpoints:
-        raise FileNotFoundError(
+        raise InputNotFoundError(
             f"{source}: no model here (config.json with {' or '.join(WEIGHT_FILES[::2])}) and no checkpoint-*/ "
             "folder holding one. `elc-bert finetune-ner` keeps its trials' models in "
             f"n<N>/trial<t>/{runs.MODEL}/: export one of those and pass the run as --run-dir for its metrics."
@@ -72,13 +73,13 @@ def model_class_of(model_dir: Path):
     config_file = model_dir / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     if config.get("model_type") == "ltgbert":
-        raise ValueError(
+        raise InputError(
             f"{config_file}: a published reference checkpoint (model_type 'ltgbert'); run `elc-bert convert` first"
         )
     known = {cls.__name__: cls for family in AUTO_CLASSES.values() for cls in family.values()}
     names = config.get("architectures") or []
     if len(names) != 1 or names[0] not in known:
-        raise ValueError(f"{config_file}: architectures must name one of {sorted(known)}, got {names}")
+        raise InputError(f"{config_file}: architectures must name one of {sorted(known)}, got {names}")
     return known[names[0]]
 
 
@@ -87,7 +88,7 @@ def family_of(model_class):
     for config_class, family in AUTO_CLASSES.items():
         if model_class in family.values():
             return config_class, family
-    raise ValueError(f"{model_class.__name__} is not one of the package's Auto-registered models")
+    raise InputError(f"{model_class.__name__} is not one of the package's Auto-registered models")
 
 
 def auto_map(config_class, family: dict) -> dict:
@@ -99,7 +100,7 @@ def auto_map(config_class, family: dict) -> dict:
     the Auto registrations made next to the models."""
     modeling_module = importlib.import_module(next(iter(family.values())).__module__)
     if getattr(modeling_module, config_class.__name__, None) is not config_class:
-        raise ValueError(f"{modeling_module.__name__} must import {config_class.__name__} at module level")
+        raise InputError(f"{modeling_module.__name__} must import {config_class.__name__} at module level")
     entries = {"AutoConfig": f"{flat_name(modeling_module.__name__)}.{config_class.__name__}"}
     for auto_class, model_class in family.items():
         entries[auto_class.__name__] = f"{flat_name(model_class.__module__)}.{model_class.__name__}"
@@ -175,7 +176,7 @@ def model_of_run(run_dir: Path, model_dir: Path) -> str:
     folders when the run made another model, or recorded none (a run made by an older version)."""
     recorded = runs.recorded_models(run_dir)
     if recorded is None:
-        raise ValueError(
+        raise InputError(
             f"{run_dir} records no fingerprint of the models it saved (no {runs.MODEL_FINGERPRINTS}: a run made by an "
             f"older elc_bert), so its metrics cannot be checked against the model in {model_dir}. Leave --run-dir out "
             "to export the model without them."
@@ -183,7 +184,7 @@ def model_of_run(run_dir: Path, model_dir: Path) -> str:
     digest = runs.fingerprint(model_dir)
     made = [folder for folder, recorded_digest in recorded.items() if recorded_digest == digest]
     if not made:
-        raise ValueError(
+        raise InputError(
             f"the model in {model_dir} was not made by the run in {run_dir} (its weights' sha256 {digest[:16]}... is "
             f"none of the run's models: {', '.join(sorted(recorded)) or 'none'}), so the run's metrics do not describe "
             "it. Pass the run that made it as --run-dir, or leave --run-dir out for a card without metrics."
@@ -196,9 +197,9 @@ def check_out_dir(source: Path, out_dir: Path, overwrite: bool) -> None:
     being read. A non-empty one is replaced only with `overwrite`."""
     source_path, out_path = source.resolve(), out_dir.resolve()
     if out_path == source_path or out_path.is_relative_to(source_path) or source_path.is_relative_to(out_path):
-        raise ValueError(f"{out_dir}: the output folder must not be {source}, lie inside it or hold it (it is read)")
+        raise InputError(f"{out_dir}: the output folder must not be {source}, lie inside it or hold it (it is read)")
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
-        raise FileExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
+        raise InputExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
 
 
 @contextlib.contextmanager
@@ -245,7 +246,7 @@ def export(
     """
     source, out_dir = Path(source), Path(out_dir)
     if not source.is_dir():
-        raise FileNotFoundError(f"{source} is not a folder")
+        raise InputNotFoundError(f"{source} is not a folder")
     model_dir = find_model_dir(source)
     given_run_dir = run_dir is not None
     if run_dir is None and any((source / name).is_file() for name in RUN_FILES):
@@ -291,7 +292,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
     try:
         tokenizer_source = find_tokenizer(candidates)  # before the model loads: a missing one is named at once
     except FileNotFoundError as error:
-        raise FileNotFoundError(f"{error}: pass --tokenizer") from None
+        raise InputNotFoundError(f"{error}: pass --tokenizer") from None
     model, info = load_pretrained(model_class, model_dir)
     check_weights_loaded(model_dir, model, info, "Exporting it would publish random weights.")
     diverged = [
@@ -300,7 +301,7 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
         if tensor.is_floating_point() and not tensor.isfinite().all()
     ]
     if diverged:
-        raise ValueError(
+        raise InputError(
             f"{model_dir}: weights hold NaN or inf ({key_list(diverged)}): the run diverged, and exporting would "
             "publish them"
         )

@@ -26,6 +26,8 @@ from elc_bert.intervals import mean_and_interval
 from elc_bert.models import AUTO_CLASSES, FUSIONS, ElcBertModel, LayerFusionModel
 from elc_bert.pretrained import MODEL_ALIASES, is_hub_id
 
+from ..models.errors import InputError, InputNotFoundError
+
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
 # finetune-ner's `dataset` -> (its name, the Hub id of the dataset its local files copy)
@@ -65,7 +67,7 @@ EXAMPLES = {
 def _template(templates_dir: Path, name: str) -> Template:
     path = templates_dir / name
     if not path.is_file():
-        raise FileNotFoundError(f"model card template {path} is missing (templates_dir={templates_dir})")
+        raise InputNotFoundError(f"model card template {path} is missing (templates_dir={templates_dir})")
     return Template(path.read_text(encoding="utf-8"))
 
 
@@ -98,7 +100,7 @@ def read_run(run_dir: Path | None) -> dict:
             metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
         return {"kind": kind, "config": config, "metrics": metrics, "dir": run_dir}
     names = ", ".join(runs.JOB_CONFIGS[kind] for kind in kinds)
-    raise FileNotFoundError(f"{run_dir}: not a run directory (none of {names})")
+    raise InputNotFoundError(f"{run_dir}: not a run directory (none of {names})")
 
 
 @dataclass(frozen=True)
@@ -348,7 +350,7 @@ def _figures(model, run: dict, out_dir: Path) -> str:
     for name, caption in copies.items():
         if run_dir is not None and (run_dir / name).is_file():
             if runs.links_out_of(run_dir, [run_dir / name]):
-                raise ValueError(
+                raise InputError(
                     f"{run_dir / name} is a symbolic link to {(run_dir / name).resolve()}, outside the run folder: "
                     "export copies only the run's own files"
                 )
@@ -414,7 +416,7 @@ def _auto_class_name(model) -> str:
         for auto_class, model_class in family.items():
             if model_class is type(model):
                 return auto_class.__name__
-    raise ValueError(f"{type(model).__name__} has no Auto class")
+    raise InputError(f"{type(model).__name__} has no Auto class")
 
 
 def pipeline_of(model) -> tuple[str, str]:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from elc_bert import runs
 
+from ..models.errors import InputError, InputNotFoundError
+
 REQUIRED_FILES = ("config.json", "README.md", "model.safetensors")
 
 
@@ -39,12 +41,12 @@ def push(
     folder = Path(folder)
     missing = [name for name in REQUIRED_FILES if not (folder / name).is_file()]
     if missing:
-        raise FileNotFoundError(f"{folder} lacks {missing}: push a folder written by `elc-bert export`")
+        raise InputNotFoundError(f"{folder} lacks {missing}: push a folder written by `elc-bert export`")
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ValueError(f"--repo-id must be USER/NAME (or ORG/NAME), got {repo_id!r}")
+        raise InputError(f"--repo-id must be USER/NAME (or ORG/NAME), got {repo_id!r}")
     links = runs.links_out_of(folder)
     if links:
-        raise ValueError(
+        raise InputError(
             f"{links[0]} is a symbolic link to {links[0].resolve()}, outside {folder}: push uploads only the folder's "
             "own files"
         )

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import elc_bert
 
+from ..models.errors import InputError
+
 PACKAGE = "elc_bert"
 PACKAGE_ROOT = Path(elc_bert.__file__).parent
 
@@ -21,10 +23,10 @@ def _module_path(module: str) -> Path:
     their star imports would pull in the whole package."""
     parts = module.split(".")
     if parts[0] != PACKAGE:
-        raise ValueError(f"{module} is not a module of {PACKAGE}")
+        raise InputError(f"{module} is not a module of {PACKAGE}")
     path = PACKAGE_ROOT.joinpath(*parts[1:]).with_suffix(".py")
     if not path.is_file():
-        raise ValueError(
+        raise InputError(
             f"cannot export remote code: {module} is not a module file (imports of packages such as "
             f"{PACKAGE_ROOT.joinpath(*parts[1:])} are not supported; import from the module itself)"
         )
@@ -39,7 +41,7 @@ def _absolute_target(module: str, node: ast.ImportFrom) -> str | None:
         return None
     base = module.split(".")[: -node.level]  # a module's own package is one level up
     if not base:
-        raise ValueError(f"{module}: relative import goes above the package")
+        raise InputError(f"{module}: relative import goes above the package")
     return ".".join(base + ([node.module] if node.module else []))
 
 
@@ -53,7 +55,7 @@ def _rewrite(module: str, source: str) -> tuple[str, list[str]]:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name == PACKAGE or alias.name.startswith(PACKAGE + "."):
-                    raise ValueError(f"{path}:{node.lineno}: `import {alias.name}` cannot be made remote code")
+                    raise InputError(f"{path}:{node.lineno}: `import {alias.name}` cannot be made remote code")
             continue
         if not isinstance(node, ast.ImportFrom):
             continue
@@ -65,11 +67,11 @@ def _rewrite(module: str, source: str) -> tuple[str, list[str]]:
         first, last = lines[node.lineno - 1], lines[node.end_lineno - 1]
         indent, tail = first[: node.col_offset], last[node.end_col_offset :].strip()
         if indent.strip() or (tail and not tail.startswith("#")):
-            raise ValueError(f"{path}:{node.lineno}: an import that shares its line with other code")
+            raise InputError(f"{path}:{node.lineno}: an import that shares its line with other code")
         # Only the module changes: the imported names keep their lines (a parenthesised import stays one).
         flat, count = re.subn(r"from\s+[.\w]+\s+import", f"from .{flat_name(target)} import", first, count=1)
         if not count:
-            raise ValueError(f"{path}:{node.lineno}: `from ... import` must start on the import's first line")
+            raise InputError(f"{path}:{node.lineno}: `from ... import` must start on the import's first line")
         lines[node.lineno - 1] = flat
     return "".join(lines), needed
 
@@ -88,7 +90,7 @@ def remote_code_files(entry_modules: list[str]) -> dict[str, str]:
         name = flat_name(module)
         if name in owners:
             if owners[name] != module:
-                raise ValueError(f"cannot export remote code: {owners[name]} and {module} would both be {name}.py")
+                raise InputError(f"cannot export remote code: {owners[name]} and {module} would both be {name}.py")
             continue
         owners[name] = module
         path = _module_path(module)

@@ -1,5 +1,6 @@
 """Configuration of ELC-BERT and its LTG-BERT backbone (arXiv 2311.02265 and 2303.09859)."""
 
+from .errors import InputError
 from .transformers_compat import PreTrainedConfig, strict
 
 LAYER_COMBINATIONS = ("elc", "residual")
@@ -103,7 +104,7 @@ class ElcBertConfig(PreTrainedConfig):
     def from_preset(cls, name: str, **kwargs) -> "ElcBertConfig":
         """A config of one of the named sizes in `PRESETS`; keyword arguments override single fields."""
         if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+            raise InputError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **kwargs})
 
     @classmethod
@@ -137,31 +138,31 @@ class ElcBertConfig(PreTrainedConfig):
             "max_position_embeddings",
         ):
             if getattr(self, field) <= 0:
-                raise ValueError(f"{field} must be positive, got {getattr(self, field)}")
+                raise InputError(f"{field} must be positive, got {getattr(self, field)}")
         if self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(
+            raise InputError(
                 f"hidden_size ({self.hidden_size}) must be divisible by num_attention_heads "
                 f"({self.num_attention_heads})"
             )
         if self.position_bucket_size < 4 or self.position_bucket_size % 2:
-            raise ValueError(f"position_bucket_size must be an even number >= 4, got {self.position_bucket_size}")
+            raise InputError(f"position_bucket_size must be an even number >= 4, got {self.position_bucket_size}")
         if self.max_position_embeddings <= self.position_bucket_size // 2:
-            raise ValueError(
+            raise InputError(
                 f"max_position_embeddings ({self.max_position_embeddings}) must exceed position_bucket_size / 2"
             )
         for field in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
             value = getattr(self, field)
             if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"{field} must be in [0, 1), got {value}")
+                raise InputError(f"{field} must be in [0, 1), got {value}")
         if self.layer_norm_eps <= 0:
-            raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
+            raise InputError(f"layer_norm_eps must be positive, got {self.layer_norm_eps}")
         for field, allowed in (
             ("layer_combination", LAYER_COMBINATIONS),
             ("elc_variant", ELC_VARIANTS),
             ("positional_split", POSITIONAL_SPLITS),
         ):
             if getattr(self, field) not in allowed:
-                raise ValueError(f"{field} must be one of {allowed}, got {getattr(self, field)!r}")
+                raise InputError(f"{field} must be one of {allowed}, got {getattr(self, field)!r}")
 
 
 # `save_pretrained` writes this file next to every checkpoint and names it in config.json's `auto_map`.

@@ -5,6 +5,7 @@ from typing import NamedTuple
 from transformers import AutoConfig
 
 from .configuration_elc_bert import ElcBertConfig, fields_into_constructor
+from .errors import InputError
 from .transformers_compat import PreTrainedConfig, SubConfigSpec, strict
 
 
@@ -91,7 +92,7 @@ class LayerFusionConfig(PreTrainedConfig):
         if self.backbone_config is None:
             found = kwargs.get("model_type")
             what = f"a config of model_type {found!r}" if found else "this config"
-            raise ValueError(
+            raise InputError(
                 f"{what} has no backbone_config, so it is not a layer-fusion checkpoint (model_type "
                 f"'{self.model_type}'). To put a fusion head on a pretrained backbone, use "
                 "LayerFusionFor*.from_backbone(path, fusion=...); to build one from scratch, pass "
@@ -103,15 +104,15 @@ class LayerFusionConfig(PreTrainedConfig):
     def check_values(self):
         """Raises `ValueError` naming the first field whose value is invalid."""
         if self.fusion not in FUSIONS:
-            raise ValueError(f"fusion must be one of {tuple(FUSIONS)}, got {self.fusion!r}")
+            raise InputError(f"fusion must be one of {tuple(FUSIONS)}, got {self.fusion!r}")
         if self.num_extra_layers < 1:
-            raise ValueError(f"num_extra_layers must be >= 1, got {self.num_extra_layers}")
+            raise InputError(f"num_extra_layers must be >= 1, got {self.num_extra_layers}")
         if not 0 < self.bottleneck_ratio <= 8:
-            raise ValueError(f"bottleneck_ratio must be in (0, 8], got {self.bottleneck_ratio}")
+            raise InputError(f"bottleneck_ratio must be in (0, 8], got {self.bottleneck_ratio}")
         if self.layer_position_dim < 1:
-            raise ValueError(f"layer_position_dim must be >= 1, got {self.layer_position_dim}")
+            raise InputError(f"layer_position_dim must be >= 1, got {self.layer_position_dim}")
         if not 0 <= self.head_dropout < 1:
-            raise ValueError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
+            raise InputError(f"head_dropout must be in [0, 1), got {self.head_dropout}")
 
     def get_text_config(self, *args, **kwargs) -> PreTrainedConfig:
         """The backbone's config: it owns the vocabulary (and `resize_token_embeddings` writes its `vocab_size`)."""

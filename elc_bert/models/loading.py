@@ -9,6 +9,8 @@ short (a process killed while writing it, a full disk) is named before anything 
 import json
 from pathlib import Path
 
+from .errors import InputError
+
 SHOWN_KEYS = 5
 
 
@@ -63,7 +65,7 @@ def check_weights_loaded(source, model, loading_info: dict, accept_hint: str) ->
     problems = [f"{why[kind]}: {key_list(keys)}" for kind, keys in unloaded.items() if keys]
     if problems:
         problems = "; ".join(problems)
-        raise ValueError(f"{source}: the checkpoint does not fill {type(model).__name__}; {problems}. {accept_hint}")
+        raise InputError(f"{source}: the checkpoint does not fill {type(model).__name__}; {problems}. {accept_hint}")
 
 
 def complete_safetensors(path: Path) -> bool:
@@ -108,7 +110,7 @@ def check_vocabulary(tokenizer, model, model_source) -> None:
     is named by the folder it was loaded from (its `name_or_path`)."""
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
-        raise ValueError(
+        raise InputError(
             f"the tokenizer of {tokenizer.name_or_path} has {len(tokenizer)} tokens, but the model of {model_source} "
             f"embeds {rows}: ids from {rows} on have no embedding. Use the model's own tokenizer (or one made for it)"
         )

@@ -30,6 +30,7 @@ from transformers.modeling_outputs import (
 )
 
 from .configuration_elc_bert import ElcBertConfig
+from .errors import InputError
 from .transformers_compat import (
     ALL_ATTENTION_FUNCTIONS,
     GradientCheckpointingLayer,
@@ -265,7 +266,7 @@ class LayerStack:
             self.states[slot] = state
             return
         if slot != self.count:
-            raise ValueError(f"a fused LayerStack fills its slots in order: slot {slot} after {self.count}")
+            raise InputError(f"a fused LayerStack fills its slots in order: slot {slot} after {self.count}")
         with torch.no_grad():
             self.states[slot].copy_(state.reshape(-1))
         self.count, self.newest = slot + 1, state
@@ -278,7 +279,7 @@ class LayerStack:
             # the forward pass, it would keep a reference cycle (stack -> state -> graph -> mixture -> stack) alive.
             newest, self.newest = self.newest, None
             if newest is None:
-                raise ValueError("a fused LayerStack mixes once after each write")
+                raise InputError("a fused LayerStack mixes once after each write")
             return _LayerMixture.apply(weights, newest, self, self.count)
         filled = [slot for slot in sorted(self.states) if slot < len(logits)]
         if len(filled) < len(logits):  # a layer plan left slots empty: the softmax over the filled ones' logits
@@ -341,7 +342,7 @@ def check_layer_plan(plan: list, num_layers: int) -> None:
         indices = step.layers if isinstance(step, Parallel) else (step,)
         for index in indices:
             if not isinstance(index, int) or not 0 <= index < num_layers:
-                raise ValueError(f"layer plan step {step!r}: layer indices must be ints in 0..{num_layers - 1}")
+                raise InputError(f"layer plan step {step!r}: layer indices must be ints in 0..{num_layers - 1}")
 
 
 class ElcBertEncoder(nn.Module):
@@ -496,7 +497,7 @@ class ElcBertPreTrainedModel(PreTrainedModel):
         """The ELC alpha matrix, L x (L+1): row n-1 holds softmax(theta^(n)) over y_0..y_{n-1}, zeros after."""
         encoder = self.base_model.encoder
         if not encoder.elc:
-            raise ValueError("layer_weights() needs an ELC model (config.layer_combination='elc')")
+            raise InputError("layer_weights() needs an ELC model (config.layer_combination='elc')")
         num_layers = len(encoder.layers)
         alpha = torch.zeros(num_layers, num_layers + 1)
         for n, layer in enumerate(encoder.layers):
@@ -560,7 +561,7 @@ class ElcBertModel(ElcBertPreTrainedModel):
         `output_hidden_states` may be a flag or, as in `transformers`, an index or a list of indices into the L+1
         states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("pass exactly one of input_ids and inputs_embeds")
+            raise InputError("pass exactly one of input_ids and inputs_embeds")
         if not torch.compiler.is_compiling():  # eager only: these checks read tensor values
             check_inputs(self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
@@ -599,19 +600,19 @@ def check_inputs(config, input_ids: torch.Tensor, attention_mask=None) -> None:
     mask whose shape is not the inputs' (B x T): errors an embedding lookup would otherwise report far from their
     cause (on CUDA as a device-side assert)."""
     if input_ids.dim() != 2 or input_ids.numel() == 0:
-        raise ValueError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
+        raise InputError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
     if not input_ids.is_floating_point():
         low, high = int(input_ids.min()), int(input_ids.max())
         if low < 0 or high >= config.vocab_size:
             bad = high if high >= config.vocab_size else low
-            raise ValueError(f"input_ids holds {bad}, outside the vocabulary of {config.vocab_size} tokens")
+            raise InputError(f"input_ids holds {bad}, outside the vocabulary of {config.vocab_size} tokens")
     check_shape("attention_mask", attention_mask, input_ids)
 
 
 def check_shape(name: str, tensor: torch.Tensor | None, input_ids: torch.Tensor) -> None:
     """Raises ValueError when `tensor` (a mask or per-token labels) is not B x T like `input_ids`."""
     if tensor is not None and tuple(tensor.shape) != tuple(input_ids.shape):
-        raise ValueError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
+        raise InputError(f"{name} has shape {tuple(tensor.shape)}, input_ids {tuple(input_ids.shape)}")
 
 
 class ElcBertForMaskedLM(ElcBertPreTrainedModel):

@@ -24,6 +24,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import FUSIONS, LayerFusionConfig
+from .errors import InputError
 from .loading import check_fine_tuning_start, key_list, load_pretrained, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
@@ -217,7 +218,7 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
         prefix = "backbone." if model.base_model is model else f"{model.base_model_prefix}.backbone."
         missing = [key for key in unloaded_weights(loading_info)["missing"] if key.startswith(prefix)]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"{pretrained_model_name_or_path}: the checkpoint lacks backbone weights of {cls.__name__} (they "
                 f"would be random): {key_list(missing)}"
             )
@@ -326,7 +327,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         """Caches the frozen backbone's states per example (feature extraction): an epoch after the first runs no
         backbone pass. Only allowed with `freeze_backbone=True`."""
         if enabled and not self.config.freeze_backbone:
-            raise ValueError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
+            raise InputError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
         self.feature_cache = FeatureCache() if enabled else None
 
     def backbone_states(self, input_ids, attention_mask, token_type_ids=None, positions=None):
@@ -369,7 +370,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         and, optionally, `token_type_ids`; other fields are ignored. Examples already cached are skipped."""
         cache = self.feature_cache
         if cache is None:
-            raise ValueError("fill_feature_cache needs the feature cache: call enable_feature_cache() first")
+            raise InputError("fill_feature_cache needs the feature cache: call enable_feature_cache() first")
         todo = {}
         for example in examples:
             input_ids = torch.as_tensor(example["input_ids"], dtype=torch.long)
@@ -469,7 +470,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         the real tokens of `batches`, dicts holding `input_ids` and `attention_mask` (B x T; other keys are ignored).
         Runs in the model's current mode (call `eval()` first for the deterministic profile)."""
         if not FUSIONS[self.config.fusion].depth_weights:
-            raise ValueError(f"mean_depth_weights needs fusion='dwatt', not {self.config.fusion!r}")
+            raise InputError(f"mean_depth_weights needs fusion='dwatt', not {self.config.fusion!r}")
         total, count = 0.0, 0
         for batch in batches:
             input_ids, attention_mask = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
@@ -619,7 +620,7 @@ def _head_name(masked_lm: PreTrainedModel) -> str:
     """The attribute holding a masked LM's head: its one child that is not the base model."""
     names = [name for name, _ in masked_lm.named_children() if name != masked_lm.base_model_prefix]
     if len(names) != 1:
-        raise ValueError(f"cannot tell the MLM head of {type(masked_lm).__name__} among {names}")
+        raise InputError(f"cannot tell the MLM head of {type(masked_lm).__name__} among {names}")
     return names[0]
 
 

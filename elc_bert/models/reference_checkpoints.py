@@ -25,6 +25,7 @@ from transformers.core_model_loading import WeightRenaming
 from transformers.utils import CONFIG_NAME, cached_file
 
 from .configuration_elc_bert import ElcBertConfig
+from .errors import InputError
 from .modeling_elc_bert import ElcBertForMaskedLM
 
 logger = logging.getLogger(__name__)
@@ -114,14 +115,14 @@ def architecture(weights_file: str, shapes: dict, fields: dict) -> dict:
         count = max(layers) + 1
         if fields.get("num_hidden_layers", count) != count:
             stated = fields["num_hidden_layers"]
-            raise ValueError(f"{weights_file}: num_hidden_layers is {stated} but the weights hold {count} layers")
+            raise InputError(f"{weights_file}: num_hidden_layers is {stated} but the weights hold {count} layers")
         result["num_hidden_layers"] = count
     if "transformer.prev_layer_weights" in shapes:
         result.update(layer_combination="elc", elc_variant="weighted_output")
     elif any(key.endswith(".prev_layer_weights") for key in shapes):
         variant = fields.get("elc_variant")
         if variant == "weighted_output":
-            raise ValueError(
+            raise InputError(
                 f"{weights_file}: elc_variant is 'weighted_output' but the weights have no output layer weights"
             )
         if variant is None:
@@ -135,7 +136,7 @@ def architecture(weights_file: str, shapes: dict, fields: dict) -> dict:
         result["layer_combination"] = "residual"
     for key, value in result.items():
         if key in ("layer_combination", "elc_variant") and fields.get(key, value) != value:
-            raise ValueError(f"{weights_file}: {key} is {fields[key]!r} but the weights are those of {value!r}")
+            raise InputError(f"{weights_file}: {key} is {fields[key]!r} but the weights are those of {value!r}")
     return result
 
 
@@ -169,21 +170,21 @@ def check_weights(weights_file: str, shapes: dict, config: ElcBertConfig) -> Non
             unexpected.append(key)
             continue
         if shape != want:
-            raise ValueError(
+            raise InputError(
                 f"{weights_file}: tensor {key!r} ({name}) has shape {shape}, but the config needs {want} "
                 f"(vocab_size={config.vocab_size}, hidden_size={config.hidden_size}, "
                 f"intermediate_size={config.intermediate_size}, position_bucket_size={config.position_bucket_size})"
             )
         found.add(name)
     if unexpected:
-        raise ValueError(f"{weights_file}: tensors that no ELC-BERT class reads: {sorted(unexpected)}")
+        raise InputError(f"{weights_file}: tensors that no ELC-BERT class reads: {sorted(unexpected)}")
     tied = {"lm_head.decoder.weight"} if config.tie_word_embeddings else set()
     heads = tuple(head for head in HEADS if any(name.startswith(head) for name in found))  # those present
     required = set(expected) | {"classifier.out_proj.weight", "classifier.out_proj.bias"}
     required = {name for name in required if not name.startswith(HEADS) or name.startswith(heads)}
     missing = sorted(required - found - tied)
     if missing:
-        raise ValueError(f"{weights_file}: tensors missing (by this package's names): {missing}")
+        raise InputError(f"{weights_file}: tensors missing (by this package's names): {missing}")
 
 
 class LtgBertConfig(ElcBertConfig):
@@ -202,7 +203,7 @@ class LtgBertConfig(ElcBertConfig):
             return super().from_dict(config_dict, **kwargs)
         path = kwargs.get("name_or_path")  # `AutoConfig.from_pretrained` passes the folder so
         if not path:
-            raise ValueError(
+            raise InputError(
                 "an 'ltgbert' config.json is read together with its weights, which tell the architecture: load it "
                 "with AutoConfig.from_pretrained(folder) or from_pretrained(folder) of a model class"
             )
@@ -229,12 +230,12 @@ def check_read_without_hub_arguments(path, config_dict: dict) -> None:
     try:
         config_file = str(path) if os.path.isfile(path) else cached_file(path, CONFIG_NAME)
     except OSError as error:
-        raise ValueError(f"{path!r} has no config.json of its own that can be read ({error}); {hint}") from error
+        raise InputError(f"{path!r} has no config.json of its own that can be read ({error}); {hint}") from error
     if config_file is None:  # `cached_file` answers None for a folder without config.json
-        raise ValueError(f"{path!r} has no config.json of its own; {hint}")
+        raise InputError(f"{path!r} has no config.json of its own; {hint}")
     with open(config_file, encoding="utf-8") as handle:
         if json.load(handle) != config_dict:
-            raise ValueError(f"the config.json read is not the one of {path!r} (main branch, no subfolder); {hint}")
+            raise InputError(f"the config.json read is not the one of {path!r} (main branch, no subfolder); {hint}")
 
 
 __all__ = ["LtgBertConfig"]

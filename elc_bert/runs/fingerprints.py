@@ -4,6 +4,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from ..models.errors import InputError, InputNotFoundError
 from .layout import MODEL_FINGERPRINTS
 
 
@@ -13,7 +14,7 @@ def fingerprint(model_dir: str | Path) -> str:
     model_dir = Path(model_dir)
     files = sorted(model_dir.glob("model*.safetensors")) or sorted(model_dir.glob("pytorch_model*.bin"))
     if not files:
-        raise FileNotFoundError(f"{model_dir}: no model weights (model.safetensors or pytorch_model.bin)")
+        raise InputNotFoundError(f"{model_dir}: no model weights (model.safetensors or pytorch_model.bin)")
     digest = hashlib.sha256()
     for path in files:
         with open(path, "rb") as file:
@@ -48,5 +49,5 @@ def recorded_models(run_dir: str | Path) -> dict[str, str] | None:
             entry = json.loads(line)
             records[entry["model"]] = entry["sha256"]
         except (ValueError, KeyError, TypeError):
-            raise ValueError(f"{path}, line {number}: not a {{'model': ..., 'sha256': ...}} record") from None
+            raise InputError(f"{path}, line {number}: not a {{'model': ..., 'sha256': ...}} record") from None
     return records

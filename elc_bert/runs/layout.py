@@ -5,6 +5,8 @@ folder, and what in it counts as work a rerun must resume under the same config.
 import json
 from pathlib import Path
 
+from ..models.errors import InputError
+
 # The config file each job saves in its run folder, by the job's command name.
 JOB_CONFIGS = {
     "pretrain": "pretrain_config.yaml",
@@ -88,7 +90,7 @@ def refuse_other_jobs(folder: str | Path, job: str) -> None:
     runs' configs, metrics and checkpoints would mix, and resuming would pick up the other job's checkpoints."""
     others = [other for other in jobs_of(folder) if other != job]
     if others:
-        raise ValueError(
+        raise InputError(
             f"{folder} is the run folder of `elc-bert {others[0]}` (it holds {JOB_CONFIGS[others[0]]}): `elc-bert "
             f"{job}` does not write into another job's run; choose another output_dir"
         )

@@ -5,6 +5,7 @@ import os
 import socket
 from pathlib import Path
 
+from ..models.errors import InputExistsError
 from .layout import CLAIM, STARTING_LOCK, WRITER, WRITER_LOCK
 
 
@@ -27,7 +28,7 @@ def hold_run_folder(run_dir: str | Path, job: str, writes: bool = True):
         lock.acquire()
     except filelock.Timeout:
         holder = (run_dir / WRITER).read_text().strip() if (run_dir / WRITER).is_file() else "another process"
-        raise FileExistsError(
+        raise InputExistsError(
             f"{run_dir} is being written by {holder} ({job}): one process per run folder. Wait for it to end, or "
             "choose another output_dir"
         ) from None

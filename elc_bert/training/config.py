@@ -23,6 +23,7 @@ from typing import Any, Literal, Union
 import yaml
 
 from .. import runs
+from ..models.errors import InputError, InputNotFoundError
 
 # Keyword arguments that a transformers `PreTrainedConfig` takes beyond its dataclass fields.
 CONFIG_KEYWORDS = {"num_labels": int, "attn_implementation": str | None, "output_attentions": bool}
@@ -43,7 +44,12 @@ ConfigLoader.add_implicit_resolver(
 
 
 def read_yaml(text_or_stream):
-    return yaml.load(text_or_stream, Loader=ConfigLoader)
+    """The value of a YAML text or file (`ConfigLoader`'s booleans); a malformed one is an InputError that names the
+    file (or the text) and the line."""
+    try:
+        return yaml.load(text_or_stream, Loader=ConfigLoader)
+    except yaml.YAMLError as error:
+        raise InputError(f"not valid YAML: {error}") from None
 
 
 def config_field(default=dataclasses.MISSING, help: str = "", *, bounds: str | None = None, keys=None):
@@ -71,12 +77,12 @@ def check_fields(config) -> None:
             for item in value if isinstance(value, list) else [value]:
                 if item is not None and not _within(item, bounds):
                     where = bounds if bounds[0] in "<>" else f"in {bounds}"
-                    raise ValueError(f"{key} must be {where}, got {value!r}")
+                    raise InputError(f"{key} must be {where}, got {value!r}")
         setattr(config, key, value)
     owned = getattr(type(config), "training_owned", {})
     taken = [name for name in getattr(config, "training", {}) if name in owned]
     if taken:  # one source per setting: the job's own key
-        raise ValueError("; ".join(f"training.{name} is set by the job: use {owned[name]}" for name in taken))
+        raise InputError("; ".join(f"training.{name} is set by the job: use {owned[name]}" for name in taken))
 
 
 def convert(value, annotation, key: str, keys=None):
@@ -99,7 +105,7 @@ def convert(value, annotation, key: str, keys=None):
                 inner = inner or (error if member in exact else None)
         raise inner or _error(key, annotation, value)
     if value is None:
-        raise ValueError(f"{key} has no value: it must be {_phrase(annotation)}")
+        raise InputError(f"{key} has no value: it must be {_phrase(annotation)}")
     if origin is Literal:
         if not any(value == choice and type(value) is type(choice) for choice in arguments):
             raise _error(key, annotation, value)
@@ -121,7 +127,7 @@ def convert(value, annotation, key: str, keys=None):
         if number is None:
             raise _error(key, annotation, value)
         if not math.isfinite(number):
-            raise ValueError(f"{key} must be a finite number, got {value!r}")
+            raise InputError(f"{key} must be a finite number, got {value!r}")
         return float(number)
     if annotation is str:
         if isinstance(value, str):
@@ -172,10 +178,10 @@ def check_keys(values: dict, targets, key: str = "") -> dict:
         for name in unknown:
             close = difflib.get_close_matches(str(name), list(accepted), n=1)
             hints.append(f"{prefix}{name}: did you mean {prefix}{close[0]}?" if close else f"{prefix}{name}: no match")
-        raise ValueError(f"unknown keys {[f'{prefix}{name}' for name in unknown]} for {names} ({'; '.join(hints)})")
+        raise InputError(f"unknown keys {[f'{prefix}{name}' for name in unknown]} for {names} ({'; '.join(hints)})")
     missing = sorted(required - set(values))
     if missing:
-        raise ValueError(f"missing required keys {[f'{prefix}{name}' for name in missing]}")
+        raise InputError(f"missing required keys {[f'{prefix}{name}' for name in missing]}")
     return accepted
 
 
@@ -344,7 +350,7 @@ def named_config(name: str, job: str) -> Path:
     candidate = shipped / f"{name}.yaml"
     if not candidate.is_file():
         known = sorted(p.stem for p in shipped.glob("*.yaml"))
-        raise FileNotFoundError(f"{name}: no such config file, nor a named {job} config (named ones: {known})")
+        raise InputNotFoundError(f"{name}: no such config file, nor a named {job} config (named ones: {known})")
     return candidate
 
 
@@ -362,11 +368,11 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
         if values is None:
             values = {}
         if not isinstance(values, dict):
-            raise ValueError(f"{path}: a config file holds key: value lines, got {type(values).__name__}")
+            raise InputError(f"{path}: a config file holds key: value lines, got {type(values).__name__}")
     for override in overrides:
         key, equals, raw = override.partition("=")
         if not equals or not key:
-            raise ValueError(f"{where}: override {override!r} is not key=value")
+            raise InputError(f"{where}: override {override!r} is not key=value")
         *parents, last = key.split(".")
         target = values
         for depth, parent in enumerate(parents):
@@ -374,13 +380,13 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
                 target[parent] = {}
             target = target[parent]
             if not isinstance(target, dict):
-                raise ValueError(f"{where}: override {override!r}: {'.'.join(parents[: depth + 1])} is not a mapping")
+                raise InputError(f"{where}: override {override!r}: {'.'.join(parents[: depth + 1])} is not a mapping")
         target[last] = read_yaml(raw)
     try:
         check_keys(values, config_class)
         return config_class(**values)
     except ValueError as error:
-        raise ValueError(f"{where}: {error}") from None
+        raise InputError(f"{where}: {error}") from None
 
 
 def _flatten(values: dict, prefix: str = "") -> dict:
@@ -409,7 +415,7 @@ def save_config(config, path: str | Path) -> None:
         changed = sorted(key for key in keys if saved.get(key) != current.get(key))
         if changed:
             details = "; ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in changed)
-            raise ValueError(
+            raise InputError(
                 f"{path}: the work in {path.parent} was done with a different config ({details}). "
                 "Resume with the same config, or choose a new output_dir."
             )

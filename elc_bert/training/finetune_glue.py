@@ -45,6 +45,7 @@ from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..integrations import LoraOptions, describe_lora, with_lora
+from ..models.errors import InputError, InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..pretrained import find_tokenizer, resolve_model
@@ -139,10 +140,10 @@ class FinetuneGlueConfig:
         unknown = [task for task in self.tasks if task not in TASKS]
         if unknown:
             hint = " (mnli-mm is scored by the mnli run)" if "mnli-mm" in unknown else ""
-            raise ValueError(f"tasks: unknown {unknown}{hint}; choose from {sorted(TASKS)}")
+            raise InputError(f"tasks: unknown {unknown}{hint}; choose from {sorted(TASKS)}")
         unknown = [task for task in self.large_tasks if task not in TASKS]
         if unknown:
-            raise ValueError(f"large_tasks: unknown {unknown}; choose from {sorted(TASKS)}")
+            raise InputError(f"large_tasks: unknown {unknown}; choose from {sorted(TASKS)}")
 
 
 # ------------------------------------------------------------------------------------------------------- metrics
@@ -364,7 +365,9 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     runs.refuse_other_jobs(glue_dir, "finetune-glue")
     folders = [Path(config.data_dir), *map(Path, config.extra_data_dirs)]
     if not folders[0].is_dir():
-        raise FileNotFoundError(f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)")
+        raise InputNotFoundError(
+            f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)"
+        )
     resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
     tokenizer = load_tokenizer(find_tokenizer([config.tokenizer or config.model]))
     writes = writes_run_folder()

@@ -37,6 +37,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..integrations import LoraOptions, describe_lora, with_lora
 from ..intervals import confidence_interval, mean_and_interval
 from ..models import FUSIONS, LayerFusionConfig, LayerFusionForTokenClassification
+from ..models.errors import InputError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..pretrained import find_tokenizer, resolve_model
@@ -124,14 +125,14 @@ class FinetuneNerConfig:
     def __post_init__(self):
         check_fields(self)
         if not self.shots:
-            raise ValueError("shots is empty")
+            raise InputError("shots is empty")
         if self.lora is not None and self.freeze_backbone:
-            raise ValueError(
+            raise InputError(
                 "lora adapts the backbone (LoRA weights beside its frozen ones): set freeze_backbone: false"
             )
         for name in ("fusion", "freeze_backbone", "num_labels", "id2label", "label2id", "backbone_config"):
             if name in self.fusion_options:
-                raise ValueError(f"fusion_options.{name} is set by the job: use fusion / freeze_backbone")
+                raise InputError(f"fusion_options.{name} is set by the job: use fusion / freeze_backbone")
 
 
 def load_data(config: FinetuneNerConfig):
@@ -167,7 +168,7 @@ def tag_sequences(prediction, label_names, words: dict) -> tuple[list[list[str]]
         keep = row_labels != -100
         tags, index = words["word_tags"][row], words["word_index"][row]
         if [tags[word] for word in index] != row_labels[keep].tolist():
-            raise ValueError(
+            raise InputError(
                 f"prediction row {row} is not sentence {row} of the scored split: the rows must come in the split's "
                 "order (no length-grouped sampling for evaluation)"
             )

@@ -24,6 +24,7 @@ from .. import runs
 from ..data.text import read_lines
 from ..data.tokenizer import load_tokenizer
 from ..models import FUSIONS, LayerFusionForMaskedLM
+from ..models.errors import InputError, InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..pretrained import find_tokenizer, is_hub_id, resolve_model
@@ -93,11 +94,11 @@ def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[st
     root = Path(data_dir)
     if not root.exists():
         if not is_hub_id(data_dir):
-            raise FileNotFoundError(f"data_dir {data_dir}: no such folder (and not a Hub dataset name)")
+            raise InputNotFoundError(f"data_dir {data_dir}: no such folder (and not a Hub dataset name)")
         hub = datasets.load_dataset(data_dir, dataset_config)
         missing = sorted({"train", "validation", "test"} - set(hub))
         if missing:
-            raise ValueError(f"Hub dataset {data_dir} ({dataset_config}): missing splits {missing}, has {list(hub)}")
+            raise InputError(f"Hub dataset {data_dir} ({dataset_config}): missing splits {missing}, has {list(hub)}")
         return {split: hub[split]["text"] for split in ("train", "validation", "test")}
     nested = root / "wikitext2" / "wikitext-2-v1_tokenized"
     folder = nested if nested.is_dir() else root
@@ -106,7 +107,7 @@ def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[st
         candidates = [folder / name, folder / (name + ".gz")]
         found = [path for path in candidates if path.is_file()]
         if not found:
-            raise FileNotFoundError(f"{folder}: missing the {split} split ({name} or {name}.gz)")
+            raise InputNotFoundError(f"{folder}: missing the {split} split ({name} or {name}.gz)")
         splits[split] = read_lines(found[0])
     return splits
 

@@ -5,6 +5,8 @@ import math
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
+from ..models.errors import InputError
+
 # Parameters whose names contain one of these take no weight decay (and, in LAMB, no trust ratio).
 NO_DECAY = ("bias", "layer_norm", "LayerNorm", "embedding", "prev_layer_weights", "output_layer_weights")
 
@@ -20,9 +22,9 @@ class Lamb(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-2, betas=(0.9, 0.98), eps=1e-6, weight_decay=0.1):
         for name, value in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
             if value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+                raise InputError(f"{name} must be >= 0, got {value}")
         if not all(0 <= beta < 1 for beta in betas):
-            raise ValueError(f"betas must be in [0, 1), got {betas}")
+            raise InputError(f"betas must be in [0, 1), got {betas}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()

@@ -18,6 +18,7 @@ from ..data.pretraining import PACKINGS, SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..models import PRESETS, ElcBertConfig, ElcBertForMaskedLM
+from ..models.errors import InputError
 from ..models.loading import check_weights_loaded, load_pretrained
 from ..plots import plot_curves
 from .arguments import REPORT_TO_HELP, TRACKERS, CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
@@ -130,19 +131,19 @@ class PretrainConfig:
     def __post_init__(self):
         check_fields(self)
         if not self.train_files:
-            raise ValueError("train_files is empty")
+            raise InputError("train_files is empty")
         if self.long_seq_length is not None:
             if self.long_seq_length <= self.seq_length:
-                raise ValueError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
+                raise InputError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
             if self.batch_size % 4:
-                raise ValueError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
+                raise InputError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
         if "vocab_size" in self.model:
-            raise ValueError("model.vocab_size is set by the job (the tokenizer's size): use vocab_size")
+            raise InputError("model.vocab_size is set by the job (the tokenizer's size): use vocab_size")
         if self.init_from is not None:
             # The model (its size) and its tokenizer come from init_from: these keys would be silently ignored.
             meaningless = [name for name in INIT_FROM_SETS if getattr(self, name) is not None]
             if meaningless:
-                raise ValueError(
+                raise InputError(
                     f"init_from {self.init_from} brings its own model size and tokenizer: leave "
                     f"{', '.join(meaningless)} unset (null)"
                 )
@@ -152,15 +153,15 @@ class PretrainConfig:
             self.min_frequency = 10 if self.min_frequency is None else self.min_frequency
         if self.streaming:
             if not all(isinstance(entry, dict) for entry in self.train_files):
-                raise ValueError("streaming reads datasets: every train_files entry must be a dict (path: ...)")
+                raise InputError("streaming reads datasets: every train_files entry must be a dict (path: ...)")
             if self.tokenizer is None and self.init_from is None:
-                raise ValueError(
+                raise InputError(
                     "streaming needs a tokenizer (tokenizer: or init_from:): none can be trained on a stream"
                 )
             if self.long_seq_length is not None:
-                raise ValueError("streaming has no long phase: set long_seq_length to null")
+                raise InputError("streaming has no long phase: set long_seq_length to null")
             if self.checkpoint_words:
-                raise ValueError("checkpoint_words needs the words of each step, unknown ahead when streaming")
+                raise InputError("checkpoint_words needs the words of each step, unknown ahead when streaming")
         # The masking recipe is checked where it lives.
         SpanMaskingCollator(
             4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span, short_p=self.short_p
@@ -236,7 +237,7 @@ class StreamedRows(torch.utils.data.IterableDataset):
                     if batches == self.num_steps:
                         return
             if not seen:  # it would start over forever
-                raise ValueError("the streamed corpus yielded no sample in a whole pass (no text in its text column?)")
+                raise InputError("the streamed corpus yielded no sample in a whole pass (no text in its text column?)")
             epoch += 1
 
 
@@ -253,7 +254,7 @@ def split_batches(batches: list[list[int]], parts: int) -> list[list[int]]:
     rows = []
     for batch in batches:
         if len(batch) % parts:
-            raise ValueError(f"a batch of {len(batch)} cannot be split into {parts} equal parts")
+            raise InputError(f"a batch of {len(batch)} cannot be split into {parts} equal parts")
         size = len(batch) // parts
         rows.extend(batch[k * size : (k + 1) * size] for k in range(parts))
     return rows
@@ -288,7 +289,7 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
             saved = {**recipe, "vocab_size": len(tokenizer)} if len(tokenizer) > config.vocab_size else recipe
         changed = sorted(key for key in recipe if saved.get(key) != recipe[key])
         if changed:
-            raise ValueError(
+            raise InputError(
                 f"{tokenizer_dir} holds a tokenizer trained with other settings ({', '.join(changed)}: "
                 f"{[saved.get(key) for key in changed]} -> {[recipe[key] for key in changed]}); remove it or "
                 "choose a new output_dir"
@@ -309,7 +310,7 @@ def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
         hint = "init_from continues that model as it is: leave the model: keys that change its architecture unset."
         check_weights_loaded(f"init_from {config.init_from}", model, info, hint)
         if len(tokenizer) > model.config.vocab_size:
-            raise ValueError(
+            raise InputError(
                 f"init_from {config.init_from}: its tokenizer has {len(tokenizer)} tokens, the model's vocabulary "
                 f"{model.config.vocab_size}"
             )
@@ -355,7 +356,7 @@ def _check_batches(config: PretrainConfig, parts: int) -> None:
     """Every global batch must split into `parts` (processes x accumulation steps) equal micro-batches."""
     for phase, size in (("batch_size", config.batch_size), ("long phase batch", config.batch_size // 4)):
         if (phase == "batch_size" or config.long_seq_length is not None) and size % parts:
-            raise ValueError(
+            raise InputError(
                 f"{phase} {size} must be divisible by processes x gradient_accumulation_steps = {parts}: each "
                 "process takes an equal share of every global batch"
             )
