@@ -24,7 +24,7 @@ demo: $(BIN)/.installed
 	$(BIN)/python scripts/demo.py
 
 test: $(BIN)/.installed
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check elc_bert tests scripts

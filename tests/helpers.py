@@ -1,5 +1,7 @@
 """What several test files share: the tiny model dimensions and builders, padded batches, reference checkpoints on
-disk and the float64 comparison. Importable (`from helpers import TINY`); the fixtures built on them are in conftest.py.
+disk and the float64 comparison; the models and tokenizer that the Hub tests export and the reading of a model card;
+the toy sentences and language models of the scoring, loading and BLiMP tests. Importable (`from helpers import
+TINY`); the fixtures built on them are in conftest.py.
 
 Numerics are always checked against the naive implementation in `reference_impl.py` (float64, Python loops), never
 against the package itself.
@@ -7,10 +9,15 @@ against the package itself.
 
 import json
 import os
+import re
 from pathlib import Path
 
 import torch
+import yaml
 from reference_impl import random_reference_state_dict
+from tokenizers import Tokenizer, models, pre_tokenizers
+from torch import nn
+from transformers import BertConfig, PreTrainedTokenizerFast
 
 from elc_bert import (
     ElcBertConfig,
@@ -20,6 +27,10 @@ from elc_bert import (
     ElcBertForSequenceClassification,
     ElcBertForTokenClassification,
     ElcBertModel,
+    LayerFusionConfig,
+    LayerFusionForMaskedLM,
+    LayerFusionForSequenceClassification,
+    LayerFusionForTokenClassification,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -199,3 +210,161 @@ def wikiann_ner_fields(tmp_path, **overrides) -> dict:
         training={"disable_tqdm": True},
     )
     return {**fields, **overrides}
+
+
+# ------------------------------------------------------------------------------ Hub folders (export, push, convert)
+SPECIAL_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]  # ids 0..4, as the package's tokenizer lays them out
+
+
+def word_level_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer of `vocab_size` ids: the special tokens, then w0, w1, ..."""
+    words = [f"w{i}" for i in range(vocab_size - len(SPECIAL_TOKENS))]
+    vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + words)}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    special = dict(zip(("unk_token", "cls_token", "sep_token", "pad_token", "mask_token"), SPECIAL_TOKENS))
+    return PreTrainedTokenizerFast(tokenizer_object=backend, **special)
+
+
+def tiny_elc_config(**overrides) -> ElcBertConfig:
+    return ElcBertConfig(**{**TINY, **overrides})
+
+
+def tiny_bert_backbone_config() -> BertConfig:
+    return BertConfig(
+        vocab_size=TINY["vocab_size"],
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+
+
+# The models the export tests export: name -> (Auto class the user loads with, a function making the original model)
+EXPORTED_MODELS = {
+    "elc_mlm": ("AutoModelForMaskedLM", lambda: ElcBertForMaskedLM(tiny_elc_config(elc_variant="weighted_output"))),
+    "ltg_seq": (
+        "AutoModelForSequenceClassification",
+        lambda: ElcBertForSequenceClassification(tiny_elc_config(layer_combination="residual", num_labels=3)),
+    ),
+    "elc_tok": (
+        "AutoModelForTokenClassification",
+        lambda: ElcBertForTokenClassification(tiny_elc_config(num_labels=5)),
+    ),
+    "elc_qa": (
+        "AutoModelForQuestionAnswering",
+        lambda: ElcBertForQuestionAnswering(tiny_elc_config(elc_variant="zero")),
+    ),
+    "elc_mc": (
+        "AutoModelForMultipleChoice",
+        lambda: ElcBertForMultipleChoice(tiny_elc_config(elc_variant="normalized")),
+    ),
+    "fusion_elc_dwatt": (
+        "AutoModelForTokenClassification",
+        lambda: LayerFusionForTokenClassification(
+            LayerFusionConfig(backbone_config=tiny_elc_config(), fusion="dwatt", num_labels=5, head_dropout=0.0)
+        ),
+    ),
+    "fusion_elc_extra": (
+        "AutoModelForSequenceClassification",
+        lambda: LayerFusionForSequenceClassification(
+            LayerFusionConfig(
+                backbone_config=tiny_elc_config(),
+                fusion="extra_layers",
+                num_extra_layers=2,
+                num_labels=2,
+                head_dropout=0.0,
+            )
+        ),
+    ),
+    "fusion_bert_concat": (
+        "AutoModelForMaskedLM",
+        lambda: LayerFusionForMaskedLM(
+            LayerFusionConfig(backbone_config=tiny_bert_backbone_config(), fusion="concat", head_dropout=0.0)
+        ),
+    ),
+}
+
+
+def main_outputs(model, input_ids, attention_mask) -> torch.Tensor:
+    """The model's main output, real tokens only (what padding positions hold is arbitrary)."""
+    with torch.no_grad():
+        if type(model).__name__.endswith("ForMultipleChoice"):
+            return model(input_ids[None], attention_mask=attention_mask[None]).logits
+        output = model(input_ids, attention_mask=attention_mask)
+    value = output.start_logits if hasattr(output, "start_logits") else output.logits
+    return value[attention_mask.bool()] if value.dim() == 3 else value
+
+
+def read_card(folder: Path) -> tuple[dict, str]:
+    """The YAML front matter and the text of the model card (README.md) in `folder`."""
+    text = (folder / "README.md").read_text()
+    match = re.match(r"\A---\n(.*?)\n---\n", text, flags=re.DOTALL)
+    assert match, "README.md has no YAML front matter"
+    return yaml.safe_load(match.group(1)), text
+
+
+# ------------------------------------------------------------------------- scoring sentences, loading LMs, BLiMP
+# Made-up minimal pairs for the tests that do not need the real data (and a tokenizer corpus for them).
+TOY_SENTENCES = [
+    "the cat sleeps on the mat",
+    "the cats sleep on the mat",
+    "a dog runs in the park",
+    "the dogs run in the park",
+    "who did the girl see",
+    "the boy sees himself",
+]
+
+
+def naive_causal_ll(model, tokenizer, sentence):
+    """sum_t log p(w_t | BOS, w_<t), one prefix at a time (the first token is context only without BOS)."""
+    ids = tokenizer(sentence, add_special_tokens=False)["input_ids"]
+    if tokenizer.bos_token_id is not None:
+        ids = [tokenizer.bos_token_id] + ids
+    total = 0.0
+    for t in range(1, len(ids)):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids[:t]])).logits[0, -1]
+        total += torch.log_softmax(logits.double(), dim=-1)[ids[t]].item()
+    return total
+
+
+class BigramMaskedLM(nn.Module):
+    """logits[b, t] = W[x_t] + U[x_{t-1}] (U[x_{-1}] = 0): a masked position sees the mask token and its left
+    neighbour only, so PLL(w) = sum_t log_softmax(W[mask] + U[w_{t-1}])[w_t] exactly. Padding on the right never
+    reaches a real position."""
+
+    def __init__(self, vocab_size, scale=1.0, seed=0):
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.W = nn.Parameter(scale * torch.randn(vocab_size, vocab_size, generator=generator))
+        self.U = nn.Parameter(scale * torch.randn(vocab_size, vocab_size, generator=generator))
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        logits = self.W[input_ids]
+        logits[:, 1:] += self.U[input_ids[:, :-1]]
+        return type("Output", (), {"logits": logits})()
+
+
+def tiny_bert_config(tokenizer, **overrides):
+    fields = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    return BertConfig(vocab_size=len(tokenizer), max_position_embeddings=64, **fields, **overrides)
+
+
+def save_encoder(folder, tokenizer, architectures=None):
+    """A tiny BertModel (no MLM head) with its tokenizer in `folder`; `architectures` relabels its config.json."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    BertModel(tiny_bert_config(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    if architectures is not None:
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config, "architectures": architectures}))
+    return folder
+
+
+# ------------------------------------------------------------------------------------------------ a pretraining run
+HANDOFFS_RUN_STEPS = 6  # the steps of the `run` fixture's pretraining run (checkpoints at 3 and 6)

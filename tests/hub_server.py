@@ -12,14 +12,22 @@ back through `HF_ENDPOINT`:
 - GET /api/models/{repo_id}/tree/{revision}               (file listing)
 
 Writes need `Authorization: Bearer <token>` with the server's token; a private repo is invisible without it.
+
+Also how a test reads back what it published as someone without the package would: `run_without_package` runs a
+script in a fresh process in which `elc_bert` cannot be imported, `LOAD_AND_COMPARE` is such a script.
 """
 
 import base64
 import hashlib
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import yaml
@@ -207,3 +215,55 @@ def point_hub_client_at(patch, endpoint: str, token: str) -> None:
     template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
     patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     patch.setenv("HF_TOKEN", token)
+
+
+def run_without_package(script: str, env: dict, cwd: Path, timeout=240) -> subprocess.CompletedProcess:
+    """Runs `script` in a fresh Python process in which `elc_bert` cannot be imported (`BLOCK_PACKAGE`), with this
+    environment less its HF_ variables, plus `env`; asserts that it succeeds."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    full_env.update(env)
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_PACKAGE + textwrap.dedent(script)],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return result
+
+
+# Run after `SOURCES = {name: folder or repo id}` and `EXPECTED = path of the expected outputs`: loads every source
+# with `trust_remote_code` and prints "REPORT" and, per source, the module of its class and its largest difference.
+LOAD_AND_COMPARE = """
+import json, sys
+import torch
+import transformers
+
+expected = torch.load(EXPECTED)
+ids, mask = expected["input_ids"], expected["attention_mask"]
+report = {}
+for name, source in SOURCES.items():
+    auto_class, want = expected[name.split(":", 1)[-1]]
+    model = getattr(transformers, auto_class).from_pretrained(source, trust_remote_code=True).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=True)
+    assert tokenizer.mask_token_id == 4 and tokenizer.pad_token_id == 3, name
+    with torch.no_grad():
+        if auto_class == "AutoModelForMultipleChoice":
+            got = model(ids[None], attention_mask=mask[None]).logits
+        else:
+            out = model(ids, attention_mask=mask)
+            got = out.start_logits if hasattr(out, "start_logits") else getattr(out, "logits", None)
+            got = out.last_hidden_state if got is None else got
+            got = got[mask.bool()] if got.dim() == 3 else got
+    report[name] = {"module": type(model).__module__, "max_abs_diff": (got - want).abs().max().item(),
+                    "shape_ok": got.shape == want.shape}
+assert not [m for m in sys.modules if m == "elc_bert" or m.startswith("elc_bert.") if sys.modules[m] is not None]
+print("REPORT" + json.dumps(report))
+"""
+
+
+def load_report(result) -> dict:
+    """What `LOAD_AND_COMPARE` printed, from the finished process `result`."""
+    return json.loads(result.stdout.split("REPORT", 1)[1])

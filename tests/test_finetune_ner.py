@@ -373,31 +373,6 @@ def test_short_max_length_run_scores_whole_sentences(tmp_path, caplog):
     assert 0.0 <= trial["test"]["recall"] <= 1.0 and 0.0 <= trial["best_dev_f1"] <= 1.0
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="process start times are read from /proc (Linux)")
-def test_a_claim_whose_pid_now_belongs_to_another_process_is_taken_over(tmp_path):
-    """A trial claimed by a process that died, its pid since given to another live process (here a `sleep`): the
-    claim's start time is not that process's, so the trial is taken over instead of being skipped forever. The
-    claim of the live process itself (its own start time) is respected."""
-    import os
-
-    from elc_bert import runs
-    from elc_bert.runs import claim
-
-    sleeper = subprocess.Popen(["sleep", "600"])
-    try:
-        trial = tmp_path / "n8" / "trial0"
-        trial.mkdir(parents=True)
-        started = int(Path(f"/proc/{sleeper.pid}/stat").read_text().rpartition(")")[2].split()[19])  # clock ticks
-        (trial / runs.CLAIM).write_text(f"{socket.gethostname()} {sleeper.pid} {started - 100}")
-        assert claim(trial) is None
-        assert (trial / runs.CLAIM).read_text().split(" ")[1] == str(os.getpid())
-        (trial / runs.CLAIM).write_text(f"{socket.gethostname()} {sleeper.pid} {started}")
-        assert claim(trial) == f"{socket.gethostname()} pid {sleeper.pid}"
-    finally:
-        sleeper.kill()
-        sleeper.wait()
-
-
 def test_finetune_ner_into_a_pretraining_run_is_refused(tmp_path):
     """Pointed at a pretraining run's folder as output_dir, finetune-ner refuses before any work."""
     run = tmp_path / "pretrain-run"

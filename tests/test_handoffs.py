@@ -6,12 +6,11 @@ measured is the hand-off (tokenizer offsets, word starts, the pipeline's aggrega
 """
 
 import json
-import logging
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from helpers import HANDOFFS_RUN_STEPS as STEPS
 from tokenizers import Tokenizer, models
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenizerFast, pipeline
 
@@ -26,38 +25,12 @@ from elc_bert.data.ner import load_conll03
 from elc_bert.data.tokenizer import load_tokenizer, pipeline_ready, save_tokenizer, train_tokenizer
 from elc_bert.evaluation.blimp import evaluate_blimp
 from elc_bert.pretrained import load_model
-from elc_bert.training.pretrain import PretrainConfig, pretrain, sample_words
+from elc_bert.training.pretrain import sample_words
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
 SHARED = REPO.parent / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")
-STEPS = 6
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A tiny pretraining run on the first 900 paragraphs of the WikiText-2 sample, keeping checkpoint-3 and
-    checkpoint-6 (the final weights) and words-seen checkpoints; and the sentences of the other paragraphs."""
-    root = tmp_path_factory.mktemp("handoffs")
-    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
-    (root / "train.txt").write_text("\n".join(lines[:900]) + "\n", encoding="utf-8")
-    config = PretrainConfig(
-        output_dir=str(root / "run"),
-        data_dir=str(root),
-        train_files=["train.txt"],
-        preset="tiny",
-        vocab_size=1000,
-        min_frequency=2,
-        seq_length=32,
-        max_steps=STEPS,
-        batch_size=8,
-        checkpoint_words=[200, 500, 10**9],
-        training={"save_steps": 3, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
-    )
-    pretrain(config)
-    held_out = [sentence + " ." for line in lines[900:] for sentence in line.split(" . ") if sentence.strip()]
-    return root / "run", [s for s in held_out if not any(mark in s for mark in ("@", "<unk>", "="))]
 
 
 def _held_out_prompts(tokenizer, lines: list[str], count: int) -> list[tuple[str, list[int]]]:
@@ -285,19 +258,6 @@ def test_words_seen_checkpoints(run):
         {"input_ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("a b, c (d) 1999", "x", "")]}
     )
     assert sample_words(samples, tokenizer).tolist() == [5, 1, 0]
-
-
-def test_a_checkpoint_without_its_tokenizer_loads_with_the_runs(run, tmp_path, caplog):
-    run_dir, _ = run
-    old_run = tmp_path / "old-run"
-    shutil.copytree(run_dir, old_run)
-    checkpoint = old_run / "checkpoint-3"
-    for path in checkpoint.glob("tokenizer*"):
-        path.unlink()
-    with caplog.at_level(logging.WARNING, logger="elc_bert.runs"):
-        _, tokenizer, _ = load_model(str(checkpoint))
-    assert "holds no tokenizer" in caplog.text and str(old_run) in caplog.text
-    assert tokenizer.mask_token_id == 4
 
 
 @pytest.mark.slow

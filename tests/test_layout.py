@@ -1,10 +1,14 @@
 """The package's imports point one way (README "Layout"): cli -> the job layers (training, evaluation, analysis, hub)
 -> the shared layer (models, data, runs, plots, scoring); models import nothing else of the package, and no job layer
-imports another."""
+imports another. A name the package shares (a run's file names, the Auto classes, the fusion kinds) has one owner."""
 
 import ast
 import re
 from pathlib import Path
+
+from helpers import REPO
+
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "elc_bert"
 JOB_LAYERS = {"training", "evaluation", "analysis", "hub"}
@@ -58,3 +62,36 @@ def test_fusion_kinds_are_read_from_their_registry():
         if pattern.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def test_run_file_names_and_auto_classes_have_one_owner():
+    """A name the package shares is defined once and imported: no module types another's file name
+    (trainer_state.json, eval/, report.md/.json) or imports another module's private name (`_AUTO_CLASSES`)."""
+    import ast
+
+    from elc_bert.analysis import report
+    from elc_bert.hub.export import family_of
+    from elc_bert.models import AUTO_CLASSES
+
+    assert family_of(ElcBertForMaskedLM) == (ElcBertConfig, AUTO_CLASSES[ElcBertConfig])
+    owners = {
+        runs.TRAINER_STATE: "elc_bert/runs/layout.py",
+        runs.EVAL: "elc_bert/runs/layout.py",
+        report.REPORT_MD: "elc_bert/analysis/report.py",
+        report.REPORT_JSON: "elc_bert/analysis/report.py",
+    }
+    typed, private = [], []
+    for path in sorted([*(REPO / "elc_bert").rglob("*.py"), *(REPO / "scripts").glob("*.py")]):
+        name = path.relative_to(REPO).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                owner = owners.get(node.value) or owners.get(node.value.split("/")[0] if "/" in node.value else None)
+                if owner is not None and owner != name:
+                    typed.append(f"{name}:{node.lineno} {node.value!r}")
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("elc_bert")):
+                private += [
+                    f"{name}:{node.lineno} {alias.name}"
+                    for alias in node.names
+                    if alias.name.startswith("_") and not alias.name.startswith("__")
+                ]
+    assert typed == [] and private == []

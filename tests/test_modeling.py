@@ -723,8 +723,8 @@ def test_init_other_variants_uniform(variant):
 
 @pytest.mark.parametrize("variant", ["base", "weighted_output"])
 def test_gradients_match_autograd_through_naive_reference(reference_checkpoint, variant):
-    """The ELC mixture has a hand-written backward (LayerStack): its gradients must equal plain autograd through the
-    naive float64 reference, for the layer weights, the embeddings and the first block's feed-forward."""
+    """The ELC mixture's gradients (LayerStack) equal autograd through the naive float64 reference, for the layer
+    weights, the embeddings and the first block's feed-forward."""
     folder, sd = reference_checkpoint(elc=True, weighted_output=variant == "weighted_output", seed=5)
     model = _load_reference(folder, ("elc", variant), "halves")
     input_ids, attention_mask = padded_batch([14, 9], vocab_size=REF_DIMS["vocab_size"], seed=3)

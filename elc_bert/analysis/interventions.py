@@ -25,7 +25,7 @@ from torch import nn
 
 from ..models.configuration_layer_fusion import LayerFusionConfig
 from ..models.errors import InputError
-from ..models.modeling_elc_bert import Parallel, check_layer_plan
+from ..models.layer_plans import Parallel, check_layer_plan
 
 STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
 

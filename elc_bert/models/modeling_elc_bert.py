@@ -7,7 +7,6 @@ one bucket table shared by all layers.
 
 import contextlib
 import math
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +30,7 @@ from transformers.modeling_outputs import (
 
 from .configuration_elc_bert import ElcBertConfig
 from .errors import InputError
+from .layer_plans import check_layer_plan, run_layer_plan
 from .transformers_compat import (
     ALL_ATTENTION_FUNCTIONS,
     GradientCheckpointingLayer,
@@ -234,56 +234,23 @@ class ElcBertLayer(GradientCheckpointingLayer):
 class LayerStack:
     """The states y_0, y_1, ... of one forward pass (slot n holds y_n) and the mixtures sum_i alpha_i y_i that the
     blocks read: `write(n, y_n)` fills a slot; `mix(logits)` returns the mixture of the filled slots among the first
-    len(logits), with alpha the softmax of their logits (renormalised over the filled ones when some are empty).
-
-    Fused (the encoder's own forward, run eagerly): the slots are written in order 0, 1, 2, ... and each mixture reads
-    all of them. The states sit in one preallocated S x B x T x D buffer, so that each mixture is a single
-    matrix-vector product and its backward a single rank-one update of a gradient buffer of the same shape (plain
-    autograd would run one multiply-add per (layer, source) pair, forward and backward: L(L+1)/2 passes over
-    B x T x D each way). Plain (`fused=False`: layer plans, whose slots may be skipped or written again, and blocks
-    stacked on states computed elsewhere; always under `torch.compile` or `torch.export`): the sum as written, which
-    the compiler fuses into one kernel per mixture; the hand-written backward keeps Python state that a graph cannot
-    hold.
+    len(logits), with alpha the softmax of their logits (renormalised over the filled ones when some are empty: a
+    layer plan may skip a block). The sum is written out, one multiply-add per state, so that autograd saves no copy
+    of the states for the backward pass and `torch.compile` fuses each mixture into one kernel.
     """
 
-    def __init__(self, first: torch.Tensor, size: int, fused: bool = True):
-        """first: y_0 (B x T x D); size: S, the number of slots (y_0..y_{S-1})."""
-        self.fused = fused and not torch.compiler.is_compiling()
-        if self.fused:
-            dtype = torch.promote_types(first.dtype, torch.float32)
-            self.states = first.new_empty((size, first.numel()), dtype=dtype)
-        else:
-            self.states = {}
-        self.count = 0  # fused: the slots filled so far
-        self.newest = None  # fused: the state of the last filled slot, the one each mixture's graph links to
-        self.gradients = None
-        self.last_backward = None  # the depth of the mixture whose backward ran last
-        self.write(0, first)
+    def __init__(self, first: torch.Tensor):
+        """first: y_0 (B x T x D)."""
+        self.states = {0: first}
 
     def write(self, slot: int, state: torch.Tensor) -> None:
-        """Fills `slot` with `state` (B x T x D); fused, in order only."""
-        if not self.fused:
-            self.states[slot] = state
-            return
-        if slot != self.count:
-            raise InputError(f"a fused LayerStack fills its slots in order: slot {slot} after {self.count}")
-        with torch.no_grad():
-            self.states[slot].copy_(state.reshape(-1))
-        self.count, self.newest = slot + 1, state
+        """Fills `slot` with `state` (B x T x D), or replaces what a block run before left there."""
+        self.states[slot] = state
 
     def mix(self, logits: torch.Tensor) -> torch.Tensor:
         """sum_i softmax(logits)_i y_i over the filled slots i < len(logits) (B x T x D)."""
-        weights = torch.softmax(logits, dim=0, dtype=torch.float32)
-        if self.fused:
-            # Each written state is read by the one next mixture, which takes it out of the stack: held here past
-            # the forward pass, it would keep a reference cycle (stack -> state -> graph -> mixture -> stack) alive.
-            newest, self.newest = self.newest, None
-            if newest is None:
-                raise InputError("a fused LayerStack mixes once after each write")
-            return _LayerMixture.apply(weights, newest, self, self.count)
         filled = [slot for slot in sorted(self.states) if slot < len(logits)]
-        if len(filled) < len(logits):  # a layer plan left slots empty: the softmax over the filled ones' logits
-            weights = torch.softmax(logits[filled], dim=0, dtype=torch.float32)
+        weights = torch.softmax(logits if len(filled) == len(logits) else logits[filled], dim=0, dtype=torch.float32)
         states = [self.states[slot] for slot in filled]
         weights = weights.to(states[0].dtype)
         mixed = weights[0] * states[0]
@@ -292,69 +259,12 @@ class LayerStack:
         return mixed
 
 
-class _LayerMixture(torch.autograd.Function):
-    """x = sum_{i<n} w_i y_i over the first n states of a LayerStack.
-
-    The autograd graph links x only to w and to y_{n-1}, the newest state. Each backward adds w_i * grad(x) to the
-    stack's gradient row i for every i < n, and hands row n-1 on as grad(y_{n-1}): the mixture over n is the last
-    reader of y_{n-1} that the backward pass reaches, so that row is complete by then. Rows of older states are
-    handed on by the mixtures that own them as their newest state.
-    """
-
-    @staticmethod
-    def forward(ctx, weights, newest, stack, count):
-        ctx.save_for_backward(weights)
-        ctx.stack, ctx.count, ctx.shape, ctx.dtype = stack, count, newest.shape, newest.dtype
-        mixed = weights.to(stack.states.dtype) @ stack.states[:count]
-        return mixed.view(newest.shape).to(newest.dtype)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad):
-        (weights,) = ctx.saved_tensors
-        stack, count = ctx.stack, ctx.count
-        flat = grad.reshape(-1).to(stack.states.dtype)
-        grad_weights = stack.states[:count] @ flat
-        # Within one backward pass the mixtures run from the deepest down; a deeper one starts a new pass, whose
-        # first mixture writes every row it reads (so the buffer needs no zeroing).
-        if stack.last_backward is None or count >= stack.last_backward:
-            stack.gradients = torch.empty_like(stack.states)
-            rows = torch.outer(weights.to(flat.dtype), flat, out=stack.gradients[:count])
-        else:
-            rows = stack.gradients[:count].addr_(weights.to(flat.dtype), flat)
-        stack.last_backward = count
-        return grad_weights.to(weights.dtype), rows[count - 1].view(ctx.shape).to(ctx.dtype), None, None
-
-
-@dataclass(frozen=True)
-class Parallel:
-    """A layer-plan step: `layers` run on the same input and their outputs are averaged; `iterations` > 1 feeds the
-    average back (looped parallel)."""
-
-    layers: tuple[int, ...]
-    iterations: int = 1
-
-
-def check_layer_plan(plan: list, num_layers: int) -> None:
-    """Raises ValueError naming the first step of `plan` (block indices and `Parallel` groups) whose indices are not
-    ints in 0..num_layers-1."""
-    for step in plan:
-        indices = step.layers if isinstance(step, Parallel) else (step,)
-        for index in indices:
-            if not isinstance(index, int) or not 0 <= index < num_layers:
-                raise InputError(f"layer plan step {step!r}: layer indices must be ints in 0..{num_layers - 1}")
-
-
 class ElcBertEncoder(nn.Module):
-    """The blocks, each once in order, or as the layer plan of `use_layer_plan` says (Sun et al., "Transformer Layers
-    as Painters": blocks skipped, reordered, repeated or run in parallel; arXiv 2407.09298).
+    """The blocks, each once in order, or as the layer plan of `use_layer_plan` says (`layer_plans.py`: blocks
+    skipped, reordered, repeated or run in parallel).
 
-    ELC: block n reads its mixture of the states before it (`LayerStack`). Under a plan every state keeps its
-    identity: block j's output fills slot y_{j+1} (a block run again overwrites it) and each block reads its mixture
-    over the slots filled so far, renormalised; so a skipped block counts in no later mixture, and the plan of every
-    block in order is the plain forward. LTG-BERT: the blocks continue the residual stream in the plan's order. In a
-    `Parallel` group every block reads the states as they were before the group; the mean of the group's outputs is
-    what the stream and `hidden_states` carry on.
+    ELC: block n reads its mixture of the states before it (`LayerStack`); LTG-BERT: the blocks continue the residual
+    stream.
     """
 
     def __init__(self, config: ElcBertConfig):
@@ -368,7 +278,8 @@ class ElcBertEncoder(nn.Module):
     @contextlib.contextmanager
     def use_layer_plan(self, plan: list):
         """Runs the blocks as `plan` says inside the `with` block: a list of steps, each a block index or a `Parallel`
-        group. Weights and modules stay as they are; on leaving, the encoder runs as before."""
+        group (`layer_plans.run_layer_plan`). Weights and modules stay as they are; on leaving, the encoder runs as
+        before."""
         check_layer_plan(plan, len(self.layers))
         previous, self.layer_plan = self.layer_plan, list(plan)
         try:
@@ -390,36 +301,24 @@ class ElcBertEncoder(nn.Module):
         Returns the model output, the states y_0..y_L (ELC) or the stream after each block (LTG-BERT; with
         `output_hidden_states`; under a layer plan, the output of each step), and the attention probabilities of each
         block run (with `output_attentions`)."""
-        plan = range(len(self.layers)) if self.layer_plan is None else self.layer_plan
-        stack = LayerStack(embeddings, len(self.layers) + 1, fused=self.layer_plan is None) if self.elc else None
-        states, attentions = [embeddings], []
-        output, written = embeddings, []
-        for step in plan:
-            group, iterations = (step.layers, step.iterations) if isinstance(step, Parallel) else ((step,), 1)
-            for _ in range(iterations):
-                for slot, state in written:  # the last group's outputs fill their slots before the next mixture
-                    stack.write(slot, state)
-                outputs = []
-                for index in group:
-                    layer = self.layers[index]
-                    hidden_states = stack.mix(layer.prev_layer_weights) if self.elc else output
-                    block_output, probabilities = layer(
-                        hidden_states,
-                        relative_embedding,
-                        position_buckets,
-                        attention_mask,
-                        output_attentions=output_attentions,
-                    )
-                    outputs.append(block_output)
-                    if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
-                        attentions.append(probabilities)
-                written = [(index + 1, block_output) for index, block_output in zip(group, outputs)] if self.elc else []
-                output = outputs[0] if len(outputs) == 1 else torch.stack(outputs).mean(0)
-            if output_hidden_states:
-                states.append(output)
+        stack = LayerStack(embeddings) if self.elc else None
+        block_inputs = (relative_embedding, position_buckets, attention_mask)
+        if self.layer_plan is not None:
+            output, states, attentions = run_layer_plan(
+                self.layers, self.layer_plan, stack, embeddings, block_inputs, output_attentions, output_hidden_states
+            )
+        else:
+            output, states, attentions = embeddings, [embeddings], []
+            for index, layer in enumerate(self.layers):
+                hidden_states = stack.mix(layer.prev_layer_weights) if self.elc else output
+                output, probabilities = layer(hidden_states, *block_inputs, output_attentions=output_attentions)
+                if self.elc:
+                    stack.write(index + 1, output)
+                if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
+                    attentions.append(probabilities)
+                if output_hidden_states:
+                    states.append(output)
         if hasattr(self, "output_layer_weights"):
-            for slot, state in written:
-                stack.write(slot, state)
             output = stack.mix(self.output_layer_weights)
         return output, states, attentions
 

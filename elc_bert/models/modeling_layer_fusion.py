@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -25,10 +24,15 @@ from transformers.utils import ModelOutput
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import FUSIONS, LayerFusionConfig
 from .errors import InputError
+from .feature_cache import FeatureCache
+from .layer_plans import run_layer_plan  # noqa: F401  (see below)
 from .loading import check_fine_tuning_start, key_list, load_pretrained, unloaded_weights
 from .modeling_elc_bert import AUTO_CLASSES as ELC_BERT_AUTO_CLASSES
 from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, wants_hidden_states
 from .transformers_compat import PreTrainedModel, can_return_tuple, create_bidirectional_mask, init
+
+# transformers before 5 copies into its module cache only the files that the entry file (this one) imports itself,
+# not what those import in turn: every model file the fusion models need is named above, layer_plans.py included.
 
 
 @dataclass
@@ -146,7 +150,7 @@ class ExtraLayers(nn.Module):
             block_inputs = (mask,)
         stack = None
         if hasattr(self.layers[0], "prev_layer_weights"):  # ELC: every block reads a mixture of all states below
-            stack = LayerStack(states[0], len(states) + len(self.layers), fused=False)
+            stack = LayerStack(states[0])
             for slot, state in enumerate(states[1:], start=1):
                 stack.write(slot, state)
         for slot, layer in enumerate(self.layers, start=len(states)):
@@ -159,31 +163,6 @@ class ExtraLayers(nn.Module):
 
 # The module of each fusion kind that has parameters (`FUSIONS` says what each kind is).
 FUSION_MODULES = {"dwatt": DepthWiseAttention, "concat": ConcatFusion, "extra_layers": ExtraLayers}
-
-
-class FeatureCache:
-    """The frozen backbone's states of each example, computed once and reused in every later epoch.
-
-    Keyed by the example's real (unpadded) token ids and token types (`key`); values are S x n x D tensors on the CPU.
-    Correct only while the backbone is frozen, in eval mode and right-padded inputs give the same states at real
-    positions.
-    """
-
-    def __init__(self):
-        self.store: dict[bytes, torch.Tensor] = {}
-        self.hits = self.misses = 0
-
-    @staticmethod
-    def key(input_ids: torch.Tensor, mask: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> bytes:
-        """The real tokens' ids, and their token types unless all 0 (the backbones' default when none are given)."""
-        mask = mask.bool()
-        key = input_ids[mask].long().cpu().numpy().tobytes()
-        if token_type_ids is not None and bool(token_type_ids[mask].any()):
-            key += b"|" + token_type_ids[mask].long().cpu().numpy().tobytes()
-        return key
-
-    def __len__(self):
-        return len(self.store)
 
 
 class LayerFusionPreTrainedModel(PreTrainedModel):
@@ -333,33 +312,10 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
     def backbone_states(self, input_ids, attention_mask, token_type_ids=None, positions=None):
         """The backbone's states z_0..z_L, each B x T x D, or with `positions` (B x T bool, real tokens only) each
         N x D for those N positions in row-major order; from the feature cache when it is enabled."""
-        if self.feature_cache is None:
-            states = self._run_backbone(input_ids, attention_mask, token_type_ids)
-            return [state[positions] for state in states] if positions is not None else states
-        cache = self.feature_cache
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        types = token_type_ids if token_type_ids is not None else [None] * len(input_ids)
-        keys = [cache.key(*row) for row in zip(input_ids, attention_mask, types)]
-        missing = [i for i, key in enumerate(keys) if key not in cache.store]
-        cache.hits += len(keys) - len(missing)
-        cache.misses += len(missing)
-        if missing:
-            rows = torch.tensor(missing, device=input_ids.device)
-            types = token_type_ids[rows] if token_type_ids is not None else None
-            self._cache_states([keys[i] for i in missing], input_ids[rows], attention_mask[rows], types)
-        real = attention_mask.bool().cpu()
-        if positions is not None:
-            wanted = positions.cpu()
-            # Each cached S x n x D holds the n real tokens of its example: keep those among them that are wanted.
-            pieces = [cache.store[key][:, wanted[i][real[i]]] for i, key in enumerate(keys)]
-            return list(torch.cat(pieces, dim=1).to(input_ids.device).unbind(0))  # S tensors N x D
-        first = cache.store[keys[0]]
-        batch, length = input_ids.shape
-        states = first.new_zeros((first.shape[0], batch, length, first.shape[-1]))
-        for i, key in enumerate(keys):
-            states[:, i, real[i]] = cache.store[key]
-        return list(states.to(input_ids.device).unbind(0))
+        if self.feature_cache is not None:
+            return self.feature_cache.states(self._run_backbone, input_ids, attention_mask, token_type_ids, positions)
+        states = self._run_backbone(input_ids, attention_mask, token_type_ids)
+        return [state[positions] for state in states] if positions is not None else states
 
     @torch.no_grad()
     def fill_feature_cache(self, examples, batch_size: int = 64, progress: bool = True):
@@ -368,47 +324,13 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
 
         examples: a sequence of dicts (a `datasets.Dataset` of tokenized examples will do) with unpadded `input_ids`
         and, optionally, `token_type_ids`; other fields are ignored. Examples already cached are skipped."""
-        cache = self.feature_cache
-        if cache is None:
+        if self.feature_cache is None:
             raise InputError("fill_feature_cache needs the feature cache: call enable_feature_cache() first")
-        todo = {}
-        for example in examples:
-            input_ids = torch.as_tensor(example["input_ids"], dtype=torch.long)
-            types = example.get("token_type_ids")
-            types = torch.as_tensor(types, dtype=torch.long) if types is not None else None
-            key = cache.key(input_ids, torch.ones_like(input_ids), types)
-            if key not in cache.store:
-                todo[key] = (input_ids, types)
-        order = sorted(todo, key=lambda key: len(todo[key][0]))
         was_training = self.backbone.training
         self.backbone.eval()
         pad = getattr(self.config.backbone_config, "pad_token_id", None) or 0
-        device = self.backbone.device
-        with tqdm(total=len(order), desc="feature cache", unit="example", disable=not progress) as bar:
-            for start in range(0, len(order), batch_size):
-                keys = order[start : start + batch_size]
-                length = len(todo[keys[-1]][0])
-                input_ids = torch.full((len(keys), length), pad, dtype=torch.long)
-                attention_mask = torch.zeros_like(input_ids)
-                token_type_ids = torch.zeros_like(input_ids)
-                for row, key in enumerate(keys):
-                    ids, types = todo[key]
-                    input_ids[row, : len(ids)] = ids
-                    attention_mask[row, : len(ids)] = 1
-                    if types is not None:
-                        token_type_ids[row, : len(ids)] = types
-                has_types = any(todo[key][1] is not None for key in keys)
-                types = token_type_ids.to(device) if has_types else None
-                self._cache_states(keys, input_ids.to(device), attention_mask.to(device), types)
-                bar.update(len(keys))
+        self.feature_cache.fill(self._run_backbone, examples, pad, self.backbone.device, batch_size, progress)
         self.backbone.train(was_training)
-
-    @torch.no_grad()
-    def _cache_states(self, keys, input_ids, attention_mask, token_type_ids):
-        """Runs the backbone on a batch and stores each row's states at its real tokens (S x n x D) under its key."""
-        stacked = torch.stack(self._run_backbone(input_ids, attention_mask, token_type_ids))  # S x b x T x D
-        for row, key in enumerate(keys):
-            self.feature_cache.store[key] = stacked[:, row, attention_mask[row].bool()].cpu()
 
     def _run_backbone(self, input_ids, attention_mask, token_type_ids):
         """z_0..z_L, with z_L the backbone's own output (for an ELC-BERT `weighted_output` backbone that is its
