@@ -27,7 +27,8 @@ def checkpoints(folder: str | Path) -> list[Path]:
 
 def last_checkpoint(folder: str | Path) -> str | None:
     """The newest complete checkpoint in `folder` to resume from, or None (start from the beginning). A damaged one
-    (a process killed while writing it, a full disk) is passed over with a warning naming it; it is never deleted."""
+    (a process killed while writing it, a full disk) is passed over with a warning naming it; it is never deleted.
+    (Not `transformers.trainer_utils.get_last_checkpoint`, which returns the newest folder, whole or not.)"""
     for checkpoint in reversed(checkpoints(folder)):
         damage = checkpoint_damage(checkpoint)
         if damage is None:

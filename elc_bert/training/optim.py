@@ -61,7 +61,8 @@ class Lamb(torch.optim.Optimizer):
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed weights, and the NO_DECAY ones (biases, norms, embeddings, ELC layer weights)."""
+    """Two groups: decayed weights, and the NO_DECAY ones (biases, norms, embeddings, ELC layer weights): the
+    reference recipe's, which the Trainer's own grouping (biases and LayerNorms only) is not."""
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if param.requires_grad:
@@ -70,7 +71,9 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def warmup_cosine_schedule(optimizer, warmup_steps: int, total_steps: int, final_ratio: float = 0.1) -> LambdaLR:
-    """Linear warmup to the peak, then cosine decay to `final_ratio` x peak at `total_steps`."""
+    """Linear warmup to the peak, then cosine decay to `final_ratio` x peak at `total_steps`: the reference recipe's
+    schedule step for step, which the Trainer's "cosine_with_min_lr" is not (its warmup starts at 0, this one at
+    1/warmup_steps)."""
 
     def factor(step: int) -> float:
         if step < warmup_steps:
