@@ -1,7 +1,8 @@
 """`elc-bert export RUN_OR_MODEL_DIR OUT_DIR`: a Hub-ready folder that loads with or without this package.
 
-The folder holds `config.json` with an `auto_map`, the remote code generated from the package's own source
-(`remote_code.py`), the weights as `model.safetensors`, the tokenizer and a model card (README.md, `model_card.py`).
+The folder holds `config.json` with an `auto_map` over every Auto class of the model's family, the remote code (the
+package's own model files, which `save_pretrained` copies beside the weights for every save: one layout for plain
+saves and exports), the weights as `model.safetensors`, the tokenizer and a model card (README.md, `model_card.py`).
 Users who install the `elc_bert` package (from its repository: it is not on PyPI) load it through the Auto classes
 after `import elc_bert` (the package's classes win over the remote code then); users who only have `transformers` load
 it with `trust_remote_code=True`. The card carries a run's metrics only when that run saved these very weights (the
@@ -24,7 +25,6 @@ from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key
 from elc_bert.pretrained import find_tokenizer
 
 from ..models.errors import InputError, InputExistsError, InputNotFoundError
-from .remote_code import flat_name, remote_code_files
 
 WEIGHT_FILES = (
     "model.safetensors",
@@ -91,8 +91,14 @@ def family_of(model_class):
     raise InputError(f"{model_class.__name__} is not one of the package's Auto-registered models")
 
 
+def _file_of(module: str) -> str:
+    """The file name (without .py) of a model module in a saved folder: the model files are shipped side by side."""
+    return module.rsplit(".", 1)[-1]
+
+
 def auto_map(config_class, family: dict) -> dict:
-    """config.json's `auto_map`: Auto class name -> `file.Class` of the remote code.
+    """config.json's `auto_map`: Auto class name -> `file.Class` of the remote code, for every Auto class of the
+    family (a plain save names the saved class's only), so that an exported MLM also loads through `AutoModel`.
 
     `AutoConfig` points into the modeling file (which imports the config class): `transformers` puts each entry
     file of a local folder into its own dynamic module, so a config class read from the configuration file would
@@ -101,61 +107,10 @@ def auto_map(config_class, family: dict) -> dict:
     modeling_module = importlib.import_module(next(iter(family.values())).__module__)
     if getattr(modeling_module, config_class.__name__, None) is not config_class:
         raise InputError(f"{modeling_module.__name__} must import {config_class.__name__} at module level")
-    entries = {"AutoConfig": f"{flat_name(modeling_module.__name__)}.{config_class.__name__}"}
+    entries = {"AutoConfig": f"{_file_of(modeling_module.__name__)}.{config_class.__name__}"}
     for auto_class, model_class in family.items():
-        entries[auto_class.__name__] = f"{flat_name(model_class.__module__)}.{model_class.__name__}"
+        entries[auto_class.__name__] = f"{_file_of(model_class.__module__)}.{model_class.__name__}"
     return entries
-
-
-def _registration(config_class, family: dict) -> tuple[str, str]:
-    """Code appended to the exported family's config and modeling files so that another family shipped in the
-    folder (a layer-fusion model's ELC-BERT backbone) resolves through the Auto classes without the package:
-    `LayerFusionConfig` parses its `backbone_config` through `AutoConfig`, and `LayerFusionModel` builds the
-    backbone with `AutoModel` / `AutoModelForMaskedLM`."""
-    config_file, config_name = flat_name(config_class.__module__), config_class.__name__
-    why = (
-        f"# Added by `elc-bert export`: a backbone of model_type {config_class.model_type!r} resolves through the "
-        f"{config_name} shipped next to this file.\n"
-    )
-    config_code = (
-        f"\n\n{why}"
-        "from transformers import AutoConfig as _AutoConfig  # noqa: E402\n\n"
-        f"from .{config_file} import {config_name} as _{config_name}  # noqa: E402\n\n"
-        f"_AutoConfig.register(_{config_name}.model_type, _{config_name}, exist_ok=True)\n"
-    )
-    imports = "".join(
-        f"from .{flat_name(model_class.__module__)} import {model_class.__name__} as _{model_class.__name__}"
-        "  # noqa: E402\n"
-        for model_class in family.values()
-    )
-    pairs = "".join(f"    ({auto_class.__name__!r}, _{cls.__name__}),\n" for auto_class, cls in family.items())
-    modeling_code = (
-        f"\n\n{why}"
-        "import transformers as _transformers  # noqa: E402\n\n"
-        f"from .{config_file} import {config_name} as _{config_name}  # noqa: E402\n"
-        f"{imports}\n"
-        f"for _auto_name, _model_class in [\n{pairs}]:\n"
-        f"    getattr(_transformers, _auto_name).register(_{config_name}, _model_class, exist_ok=True)\n"
-    )
-    return config_code, modeling_code
-
-
-def write_remote_code(model_class, out_dir: Path) -> dict:
-    """Writes the remote-code files of `model_class`'s family into `out_dir`; returns the config's `auto_map`."""
-    config_class, family = family_of(model_class)
-    modeling_module = model_class.__module__
-    files = remote_code_files([config_class.__module__, modeling_module])
-    own_config, own_modeling = f"{flat_name(config_class.__module__)}.py", f"{flat_name(modeling_module)}.py"
-    for other_config, other_family in AUTO_CLASSES.items():
-        shipped = {flat_name(other_config.__module__), *(flat_name(c.__module__) for c in other_family.values())}
-        if other_config is config_class or not all(f"{name}.py" in files for name in shipped):
-            continue
-        config_code, modeling_code = _registration(other_config, other_family)
-        files[own_config] += config_code
-        files[own_modeling] += modeling_code
-    for name, source in files.items():
-        (out_dir / name).write_text(source, encoding="utf-8")
-    return auto_map(config_class, family)
 
 
 def _run_start_model(run_dir: Path | None) -> str | None:
@@ -306,10 +261,10 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
             "publish them"
         )
     model.eval()
-    model.save_pretrained(out_dir)  # safetensors
+    model.save_pretrained(out_dir)  # safetensors, and the model files as remote code (`register_for_auto_class`)
     config_file = out_dir / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
-    config["auto_map"] = write_remote_code(model_class, out_dir)
+    config["auto_map"] = auto_map(*family_of(model_class))
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
     tokenizer = load_tokenizer(tokenizer_source)
@@ -319,4 +274,4 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
     write_model_card(out_dir, model, **card)
 
 
-__all__ = ["export", "find_model_dir", "write_remote_code", "auto_map", "check_out_dir", "written_in_place_of"]
+__all__ = ["export", "find_model_dir", "auto_map", "check_out_dir", "written_in_place_of"]
