@@ -18,7 +18,8 @@ from pathlib import Path
 from . import __version__, runs
 from .models.errors import InputError
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
-from .training.config import describe_config, load_config, named_config
+from .training.config import load_config, named_config
+from .training.config_help import describe_config
 
 # What a user can fix in their input: exit 2, like argparse's usage errors; our checks raise `InputError` for it.
 # Anything else (a ValueError from inside torch or transformers included) is a runtime failure: exit 1.

@@ -23,7 +23,7 @@ SCHEMES = {"conll03-iob1": "IOB1", "conll03-iob2": "IOB2", "wikiann": "IOB2"}
 logger = logging.getLogger(__name__)
 
 
-class NerDataError(ValueError):
+class NerDataError(InputError):
     """Malformed NER data; the message names the file and the line."""
 
 
