@@ -173,9 +173,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    # The command's result (a table, JSON, a path) goes to stdout alone; what libraries print while it runs (the
+    # Trainer's log dicts, written through tqdm) goes to stderr with the progress bars and the package's logs.
+    results = sys.stdout
     try:
-        with package_logs_on_stderr():
-            run(args)
+        with package_logs_on_stderr(), contextlib.redirect_stdout(sys.stderr):
+            run(args, results)
     except KeyboardInterrupt:
         print(f"elc-bert {args.command}: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -205,7 +208,7 @@ def package_logs_on_stderr():
         package_logger.setLevel(level)
 
 
-def eval_blimp(args) -> None:
+def eval_blimp(args, out) -> None:
     """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line. MODEL
     (a folder, Hub name or alias) loads as the causal LM its config names (or with --causal), else as a masked LM;
     weights that did not load are refused unless --allow-unloaded-weights (`pretrained.load_model`). The data is read
@@ -243,11 +246,12 @@ def eval_blimp(args) -> None:
     )
     print(
         f"{name}: {100 * results['overall']:.1f}% (mean over {results['num_sets']} sets, {results['total']} pairs, "
-        f"{results['method']}); {results['sentences_per_second']:.1f} sentences/s; report in {out_dir}/{name}.md"
+        f"{results['method']}); {results['sentences_per_second']:.1f} sentences/s; report in {out_dir}/{name}.md",
+        file=out,
     )
 
 
-def eval_babylm(args) -> None:
+def eval_babylm(args, out) -> None:
     """`elc-bert eval-babylm MODEL --data DIR ...`: the summary table, and where the results went."""
     from .evaluation.babylm import evaluate_babylm, resolve_data, summary_table
 
@@ -271,8 +275,8 @@ def eval_babylm(args) -> None:
         device=args.device,
         **options,
     )
-    print(summary_table(summary))
-    print(f"results, predictions (official layout) and summary in {out_dir}")
+    print(summary_table(summary), file=out)
+    print(f"elc-bert eval-babylm: results, predictions (official layout) and summary in {out_dir}", file=sys.stderr)
 
 
 def say_where(command: str, folder) -> None:
@@ -280,40 +284,41 @@ def say_where(command: str, folder) -> None:
     print(f"elc-bert {command}: outputs in {folder}", file=sys.stderr)
 
 
-def run(args):
-    """Runs the parsed command."""
+def run(args, out=None):
+    """Runs the parsed command; its result is printed to `out` (default: stdout)."""
+    out = out if out is not None else sys.stdout
     if args.command == "pretrain":
         from .training.pretrain import PretrainConfig, pretrain
 
         config = load_config(PretrainConfig, named_config(args.config, "pretrain"), args.overrides)
-        print(json.dumps(pretrain(config), indent=2))
+        print(json.dumps(pretrain(config), indent=2), file=out)
         say_where(args.command, config.output_dir)
     elif args.command == "finetune-ner":
         from .training.finetune_ner import FinetuneNerConfig, finetune_ner, results_table
 
         config = load_config(FinetuneNerConfig, named_config(args.config, "ner"), args.overrides)
-        print(results_table(config, finetune_ner(config)))
+        print(results_table(config, finetune_ner(config)), file=out)
         say_where(args.command, config.output_dir)
     elif args.command == "mlm":
         from .training.mlm import MlmConfig, mlm
 
         config = load_config(MlmConfig, named_config(args.config, "mlm"), args.overrides)
-        print(json.dumps(mlm(config), indent=2))
+        print(json.dumps(mlm(config), indent=2), file=out)
         say_where(args.command, config.output_dir)
     elif args.command == "finetune-glue":
         from .training.finetune_glue import FinetuneGlueConfig, finetune_glue, resolve_output_dir, results_table
 
         config = load_config(FinetuneGlueConfig, named_config(args.config, "glue"), args.overrides)
-        print(results_table(finetune_glue(config)))
+        print(results_table(finetune_glue(config)), file=out)
         say_where(args.command, runs.glue_dir(resolve_output_dir(config)))
     elif args.command == "scorecard":
         from .evaluation.scorecard import markdown, scorecard
 
-        print(markdown(scorecard(args.run_dir)))
+        print(markdown(scorecard(args.run_dir)), file=out)
     elif args.command == "eval-blimp":
-        eval_blimp(args)
+        eval_blimp(args, out)
     elif args.command == "eval-babylm":
-        eval_babylm(args)
+        eval_babylm(args, out)
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
         from .analysis.report import REPORT_MD, analyze, load_sentences
@@ -332,21 +337,24 @@ def run(args):
             metric=args.metric,
             pppl_sentences=args.pppl_sentences,
         )
-        print((Path(args.out) / REPORT_MD).read_text())
+        print((Path(args.out) / REPORT_MD).read_text(), file=out)
     elif args.command == "export":
         from .hub.export import export
 
         options = dict(run_dir=args.run_dir, tokenizer=args.tokenizer, repo_id=args.repo_id, license=args.license)
         options.update(sentence=args.sentence, sentence_like=args.sentence_like)
-        print(export(args.source, args.out_dir, overwrite=args.overwrite, metrics=not args.no_metrics, **options))
+        print(
+            export(args.source, args.out_dir, overwrite=args.overwrite, metrics=not args.no_metrics, **options),
+            file=out,
+        )
     elif args.command == "push":
         from .hub.push import push
 
-        print(push(args.folder, args.repo_id, private=args.private))
+        print(push(args.folder, args.repo_id, private=args.private), file=out)
     elif args.command == "convert":
         from .hub.convert import convert
 
-        print(convert(args.source, args.out_dir, overwrite=args.overwrite))
+        print(convert(args.source, args.out_dir, overwrite=args.overwrite), file=out)
 
 
 if __name__ == "__main__":

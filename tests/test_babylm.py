@@ -367,8 +367,9 @@ def test_the_command(run_dir, tmp_path, capsys):
     data = made_up_data(tmp_path / "data")
     out = tmp_path / "out"
     main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "blimp", "wug_past", "--out", str(out)])
-    printed = capsys.readouterr().out
-    assert "| main |" in printed and "BLiMP" in printed and "Wug Past (rho)" in printed and str(out) in printed
+    printed = capsys.readouterr()
+    assert "| main |" in printed.out and "BLiMP" in printed.out and "Wug Past (rho)" in printed.out
+    assert str(out) in printed.err  # where the results went: stderr, the table alone on stdout
     assert json.loads((out / "summary.json").read_text())["rows"]["main"]["blimp"] >= 0
     with pytest.raises(SystemExit) as exit_:
         main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "glue", "--out", str(out)])

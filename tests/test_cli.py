@@ -249,3 +249,21 @@ def test_version_is_written_once_and_printed(capsys):
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"elc-bert {elc_bert.__version__}" == f"elc-bert {version('elc_bert')}"
+
+
+def test_stdout_holds_the_result_alone_while_libraries_print_to_stderr(tmp_path, capsys, monkeypatch):
+    """What a library prints during a job (the Trainer writes its log dicts through tqdm to stdout) goes to stderr,
+    so that `elc-bert pretrain ... > result.json` holds the result alone."""
+    import json
+
+    import elc_bert.training.pretrain as pretrain_module
+
+    def training(config):
+        print({"loss": 6.25, "grad_norm": 1.5, "learning_rate": 0.01, "epoch": 0.5})  # as the Trainer's bar writes it
+        return {"eval_loss": 5.5}
+
+    monkeypatch.setattr(pretrain_module, "pretrain", training)
+    main(["pretrain", "tiny", f"output_dir={tmp_path / 'run'}", "data_dir=data/samples"])
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"eval_loss": 5.5}
+    assert "'loss': 6.25" in captured.err and "outputs in" in captured.err
