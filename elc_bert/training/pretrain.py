@@ -526,11 +526,13 @@ def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
 
 
 def _throughput(metrics: dict, step_sequences: list[int], step_tokens: list[int] | None, first_step: int) -> dict:
-    """`metrics` with the real sequences (and tokens) per second of the steps this process ran: the Trainer counts
-    rows (micro-batches) as samples."""
+    """`metrics` with the real sequences (and tokens) per second of the steps this process ran, in place of the
+    Trainer's `train_samples_per_second`, which counts what it is handed (one micro-batch per row) as samples: one
+    number, under a name that says what it counts."""
     runtime = metrics.get("train_runtime")
+    metrics.pop("train_samples_per_second", None)
     if runtime:
-        metrics["train_samples_per_second"] = sum(step_sequences[first_step:]) / runtime
+        metrics["train_sequences_per_second"] = sum(step_sequences[first_step:]) / runtime
         if step_tokens is not None:
             metrics["train_tokens_per_second"] = sum(step_tokens[first_step:]) / runtime
     return metrics
