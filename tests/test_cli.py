@@ -267,3 +267,16 @@ def test_stdout_holds_the_result_alone_while_libraries_print_to_stderr(tmp_path,
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"eval_loss": 5.5}
     assert "'loss': 6.25" in captured.err and "outputs in" in captured.err
+
+
+def test_the_citation_and_the_changelog_carry_the_version():
+    """CITATION.cff's version is the package's, and the changelog has a section for it."""
+    import yaml
+    from helpers import REPO
+
+    import elc_bert
+
+    citation = yaml.safe_load((REPO / "CITATION.cff").read_text(encoding="utf-8"))
+    assert citation["version"] == elc_bert.__version__ and citation["cff-version"] == "1.2.0"
+    assert {"title", "authors", "message", "license"} <= set(citation)
+    assert f"## [{elc_bert.__version__}]" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
