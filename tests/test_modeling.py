@@ -5,6 +5,7 @@ import gc
 import math
 import os
 import weakref
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,6 +32,7 @@ from transformers import (
 from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.utils import ModelOutput
 
+import elc_bert as elc_bert_package
 from elc_bert import (
     ElcBertConfig,
     ElcBertForMaskedLM,
@@ -823,3 +825,36 @@ def test_forward_rejects_bad_input_naming_the_argument(model_class):
     if model_class is not ElcBertModel:
         with pytest.raises(ValueError, match=r"labels has shape \(2, 5\)"):
             model(input_ids, attention_mask=attention_mask, labels=input_ids[:, :5])
+
+
+# ============================================================================== no host reads in forward
+@pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
+def test_an_eager_forward_reads_no_tensor_value_on_the_host(arch, monkeypatch):
+    """On CUDA every `Tensor.item` / `int(tensor)` / `bool(tensor)` is a host-device synchronisation: the package's
+    forward and loss make none (spied on the CPU; the library's own code is not ours to judge). Ids outside the
+    vocabulary are still named, once the lookup has failed."""
+    import inspect
+
+    package = str(Path(elc_bert_package.__file__).parent)
+    reads = []
+
+    def spy(name):
+        original = getattr(torch.Tensor, name)
+
+        def wrapped(self, *args, **kwargs):
+            caller = inspect.currentframe().f_back
+            if caller.f_code.co_filename.startswith(package):
+                reads.append(f"{name} at {caller.f_code.co_filename}:{caller.f_lineno}")
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, wrapped)
+
+    model = task_model(ElcBertForMaskedLM, arch).train()
+    input_ids, attention_mask = padded_batch([9, 5])
+    labels = torch.where(attention_mask.bool(), input_ids, -100)
+    for name in ("item", "__int__", "__bool__", "__float__", "__index__", "tolist"):
+        spy(name)
+    model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+    assert not reads, reads
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        model(torch.full_like(input_ids, TINY["vocab_size"]), attention_mask=attention_mask)

@@ -435,6 +435,21 @@ class ElcBertModel(ElcBertPreTrainedModel):
             return self.position_bucket_table[:length, :length]
         return self._bucket_table(length, device)
 
+    def embed(self, input_ids=None, inputs_embeds=None) -> torch.Tensor:
+        """y_0 of the ids (or of `inputs_embeds`). Ids outside the vocabulary raise an InputError naming one on the
+        CPU (where the lookup raises IndexError) and a device-side assert with the same words elsewhere: no host
+        read of the ids either way, so an eager forward on CUDA never waits for the device here."""
+        if input_ids is None or torch.compiler.is_compiling():
+            return self.embeddings(input_ids, inputs_embeds)
+        vocab_size = self.config.vocab_size
+        if input_ids.device.type != "cpu":
+            within = ((input_ids >= 0) & (input_ids < vocab_size)).all()
+            torch._assert_async(within, f"input_ids outside the vocabulary of {vocab_size} tokens")
+        try:
+            return self.embeddings(input_ids, inputs_embeds)
+        except IndexError:
+            raise out_of_vocabulary(input_ids, vocab_size) from None
+
     def block_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple:
         """What every block reads besides its input, for B x T x D `hidden_states` and a B x T `attention_mask` (1 for
         real tokens, or None): the normalised relative-position table R~ ((2P-1) x D), the T x T bucket table and the
@@ -461,13 +476,12 @@ class ElcBertModel(ElcBertPreTrainedModel):
         states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds")
-        if not torch.compiler.is_compiling():  # eager only: these checks read tensor values
-            check_inputs(self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask)
+        check_inputs(self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask)
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
         )
-        embeddings = self.embeddings(input_ids, inputs_embeds)
+        embeddings = self.embed(input_ids, inputs_embeds)
         want_states = wants_hidden_states(output_hidden_states)
         last_hidden_state, states, attentions = self.encoder(
             embeddings, *self.block_inputs(embeddings, attention_mask), output_attentions, want_states
@@ -495,17 +509,19 @@ def select_hidden_states(states: list, output_hidden_states) -> tuple:
 
 
 def check_inputs(config, input_ids: torch.Tensor, attention_mask=None) -> None:
-    """Raises ValueError naming the argument for an empty batch, token ids outside the vocabulary, or an attention
-    mask whose shape is not the inputs' (B x T): errors an embedding lookup would otherwise report far from their
-    cause (on CUDA as a device-side assert)."""
+    """Raises InputError naming the argument for an empty batch or an attention mask whose shape is not the inputs'
+    (B x T). Shapes only: no tensor value is read on the host (on CUDA that would synchronise every call); ids
+    outside the vocabulary are named when the lookup fails (`ElcBertModel.embed`)."""
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise InputError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
-    if not input_ids.is_floating_point():
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if low < 0 or high >= config.vocab_size:
-            bad = high if high >= config.vocab_size else low
-            raise InputError(f"input_ids holds {bad}, outside the vocabulary of {config.vocab_size} tokens")
     check_shape("attention_mask", attention_mask, input_ids)
+
+
+def out_of_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> InputError:
+    """The error for ids outside the vocabulary, naming one (read on the host: only once the lookup has failed)."""
+    low, high = int(input_ids.min()), int(input_ids.max())
+    bad = high if high >= vocab_size else low
+    return InputError(f"input_ids holds {bad}, outside the vocabulary of {vocab_size} tokens")
 
 
 def check_shape(name: str, tensor: torch.Tensor | None, input_ids: torch.Tensor) -> None:
