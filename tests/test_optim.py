@@ -78,3 +78,64 @@ def test_warmup_cosine_schedule():
     assert rates[60] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert rates[110] == pytest.approx(0.1) and rates[119] == pytest.approx(0.1)
     assert all(a >= b for a, b in zip(rates[9:110], rates[10:111]))
+
+
+def per_tensor_lamb_step(params, states, lr, betas, eps, weight_decay):
+    """The recipe's LAMB step written tensor by tensor (the package's implementation before it took foreach
+    operations), the trust ratio read as a Python number."""
+    for param in params:
+        state = states.setdefault(param, {"step": 0, "m": torch.zeros_like(param), "v": torch.zeros_like(param)})
+        state["step"] += 1
+        state["m"].mul_(betas[0]).add_(param.grad, alpha=1 - betas[0])
+        state["v"].mul_(betas[1]).addcmul_(param.grad, param.grad, value=1 - betas[1])
+        m_hat = state["m"] / (1 - betas[0] ** state["step"])
+        v_hat = state["v"] / (1 - betas[1] ** state["step"])
+        update = m_hat / (v_hat.sqrt() + eps)
+        ratio = 1.0
+        if weight_decay > 0:
+            update = update + weight_decay * param
+            weight_norm, update_norm = param.norm().item(), update.norm().item()
+            if weight_norm > 0 and update_norm > 0:
+                ratio = weight_norm / update_norm
+        param.sub_(lr * ratio * update)
+
+
+def test_lamb_equals_the_per_tensor_recipe_over_100_steps_of_a_model():
+    """Both parameter groups of a tiny ELC-BERT (decay and no decay), 100 steps of random gradients: the foreach
+    LAMB and the per-tensor one end within 1e-6 of each other."""
+    torch.manual_seed(0)
+    model = ElcBertForMaskedLM(ElcBertConfig.from_preset("tiny"))
+    twin = [param.detach().clone() for param in model.parameters()]
+    groups = parameter_groups(model, 0.1)
+    optimizer = Lamb(groups, lr=5e-3)
+    decays = {id(param): group["weight_decay"] for group in groups for param in group["params"]}
+    states = {}
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(100):
+        for param, copy in zip(model.parameters(), twin):
+            param.grad = torch.randn(param.shape, generator=generator)
+            copy.grad = param.grad.clone()
+        optimizer.step()
+        for param, copy in zip(model.parameters(), twin):
+            per_tensor_lamb_step([copy], states, 5e-3, (0.9, 0.98), 1e-6, decays[id(param)])
+    worst = max((param.detach() - copy).abs().max().item() for param, copy in zip(model.parameters(), twin))
+    assert worst <= 1e-6, worst
+
+
+def test_a_lamb_step_reads_no_tensor_value_on_the_host(monkeypatch):
+    """On CUDA a host read (`item`, `bool`, `float` of a tensor) per parameter per step is a synchronisation each."""
+    reads = []
+    for name in ("item", "__bool__", "__float__", "__int__", "tolist"):
+        original = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _name=name, _original=original, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.zeros(4))]
+    optimizer = Lamb([{"params": params, "weight_decay": 0.1}], lr=1e-2)
+    for param in params:
+        param.grad = torch.randn_like(param)
+    optimizer.step()
+    assert not reads, reads

@@ -29,35 +29,49 @@ class Lamb(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One step over every parameter with a gradient, a group at a time with `torch._foreach_*` operations: no
+        Python loop of tensor operations over parameters, and no tensor value read on the host (the trust ratio
+        stays a tensor), so that a step on CUDA never waits for the device."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for param in group["params"]:
-                if param.grad is None:
-                    continue
-                state = self.state[param]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(param)
-                    state["exp_avg_sq"] = torch.zeros_like(param)
-                state["step"] += 1
-                exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
-                exp_avg.lerp_(param.grad, 1 - beta1)
-                exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
-                corrected_avg = exp_avg / (1 - beta1 ** state["step"])
-                corrected_sq = exp_avg_sq / (1 - beta2 ** state["step"])
-                update = corrected_avg / (corrected_sq.sqrt() + group["eps"])
-                ratio = 1.0
-                if group["weight_decay"] > 0:
-                    update.add_(param, alpha=group["weight_decay"])
-                    weight_norm, update_norm = param.norm(), update.norm()
-                    if weight_norm > 0 and update_norm > 0:
-                        ratio = (weight_norm / update_norm).item()
-                param.add_(update, alpha=-group["lr"] * ratio)
+            params = [param for param in group["params"] if param.grad is not None]
+            if params:
+                self._step_group(group, params)
         return loss
+
+    def _step_group(self, group: dict, params: list) -> None:
+        beta1, beta2 = group["betas"]
+        grads = [param.grad for param in params]
+        for param in params:
+            state = self.state[param]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(param)
+                state["exp_avg_sq"] = torch.zeros_like(param)
+            state["step"] += 1
+        states = [self.state[param] for param in params]
+        exp_avgs = [state["exp_avg"] for state in states]
+        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+        corrected_avg = torch._foreach_div(exp_avgs, [1 - beta1 ** state["step"] for state in states])
+        denominators = torch._foreach_div(exp_avg_sqs, [1 - beta2 ** state["step"] for state in states])
+        torch._foreach_sqrt_(denominators)
+        torch._foreach_add_(denominators, group["eps"])
+        updates = torch._foreach_div(corrected_avg, denominators)
+        if group["weight_decay"] > 0:
+            torch._foreach_add_(updates, params, alpha=group["weight_decay"])
+            weight_norms, update_norms = torch._foreach_norm(params), torch._foreach_norm(updates)
+            ratios = [
+                torch.where((weight > 0) & (update > 0), weight / update, torch.ones_like(weight))
+                for weight, update in zip(weight_norms, update_norms)
+            ]
+            torch._foreach_mul_(updates, ratios)
+        torch._foreach_add_(params, updates, alpha=-group["lr"])
 
 
 def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
