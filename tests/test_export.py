@@ -26,6 +26,7 @@ from elc_bert import ElcBertForMaskedLM, runs
 from elc_bert.cli import main as cli_main
 from elc_bert.hub.convert import convert
 from elc_bert.hub.export import export
+from elc_bert.hub.model_card import shown_path
 
 
 @pytest.mark.slow
@@ -196,7 +197,7 @@ def test_card_metrics_only_for_a_model_the_run_saved(pretrain_run, exported, tmp
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         shutil.copy(pretrain_run / name, copy / name)
     _, text = _card(export(copy, tmp_path / "out", run_dir=pretrain_run))
-    assert f"Measured by the run in `{pretrain_run}`" in text
+    assert f"Measured by the run in `{shown_path(pretrain_run)}`" in text and str(pretrain_run) not in text
 
     old = tmp_path / "old-run"
     shutil.copytree(pretrain_run, old)
@@ -242,7 +243,9 @@ def test_export_of_a_run_made_before_fingerprints_or_with_no_metrics(pretrain_ru
         metadata, text = _card(export(old, tmp_path / "out"))
     assert "leaves out the run's metrics" in caplog.text and "model-index" not in metadata
     assert "the run's metrics were left out because the run did not record this model" in text
-    assert f"Pretrained from scratch with `elc-bert pretrain` (run `{old}`)" in text  # what the run did stays
+    assert (
+        f"Pretrained from scratch with `elc-bert pretrain` (run `{shown_path(old)}`)" in text
+    )  # what the run did stays
     assert not (tmp_path / "out" / "run_loss.png").exists() and (tmp_path / "out" / "alpha.png").is_file()
     with pytest.raises(ValueError, match="older elc_bert"):
         export(old, tmp_path / "out2", run_dir=old)

@@ -124,7 +124,17 @@ class Corpus:
     def __str__(self) -> str:
         if self.on_hub:
             return f"the Hub dataset `{self.path}`" + (f" ({self.config})" if self.config else "")
-        return f"{self.name} from local files `{self.path}`" if self.dataset_id else f"local files `{self.path}`"
+        path = shown_path(self.path)
+        return f"{self.name} from local files `{path}`" if self.dataset_id else f"local files `{path}`"
+
+
+def shown_path(path) -> str:
+    """A local path as a card shows it: a relative one as given, an absolute one by its last two parts
+    (`.../data/train.txt`), so that a published card names no folder of the machine that made it."""
+    parts = Path(str(path)).parts
+    if not Path(str(path)).is_absolute():
+        return str(path)
+    return "/".join(("...", *parts[-2:])) if len(parts) > 3 else str(path)
 
 
 def _job_folder(run: dict) -> Path | None:
@@ -296,7 +306,8 @@ def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
         return "No run directory was given to the export, so this card records no training details and no results."
     if kind == "pretrain":
         return (
-            f"Pretrained from scratch with `elc-bert pretrain` (run `{run['dir']}`): preset `{config.get('preset')}`, "
+            f"Pretrained from scratch with `elc-bert pretrain` (run `{shown_path(run['dir'])}`): "
+            f"preset `{config.get('preset')}`, "
             f"{config.get('max_steps')} steps of batch {config.get('batch_size')} x {config.get('seq_length')} "
             f"tokens, optimizer {config.get('optimizer')}, peak learning rate {config.get('learning_rate')}, seed "
             f"{config.get('seed')}; training data: {data}.\n\n" + _stand_in_note(config)
@@ -305,13 +316,14 @@ def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
         how = "plain" if config.get("fusion") is None else f"through a {config.get('fusion')} fusion head"
         return (
             f"Masked-LM fine-tuning of `{config.get('model')}` ({how}) on {data} with `elc-bert mlm` (run "
-            f"`{run['dir']}`): {config.get('epochs')} epochs, learning rate {config.get('learning_rate')}, blocks of "
+            f"`{shown_path(run['dir'])}`): {config.get('epochs')} epochs, learning rate {config.get('learning_rate')}, "
+            "blocks of "
             f"{config.get('block_size')} tokens, seed {config.get('seed')}; the checkpoint with the best validation "
             f"loss{saved_as} is the one exported."
         )
     mode = "backbone frozen (feature extraction)" if config.get("freeze_backbone") else "all weights trained"
     text = (
-        f"Few-shot NER on {data} with `elc-bert finetune-ner` (run `{run['dir']}`): backbone "
+        f"Few-shot NER on {data} with `elc-bert finetune-ner` (run `{shown_path(run['dir'])}`): backbone "
         f"`{config.get('model')}`, fusion {config.get('fusion')}, {mode}; N in {config.get('shots')}, "
         f"{config.get('trials')} trials each, {config.get('epochs')} epochs, learning rate "
         f"{config.get('learning_rate')}; each trial keeps its best dev-set epoch."
@@ -473,7 +485,7 @@ def _results_text(run: dict, rows: list[str]) -> str:
         return f"No evaluation results: the run's metrics were left out because {run['left_out']}."
     if not rows:
         return "No evaluation results: the export was given no run that measured any."
-    return f"Measured by the run in `{run['dir']}`:\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
+    return f"Measured by the run in `{shown_path(run['dir'])}`:\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
 
 
 def _limitations(model, run: dict, templates_dir: Path, num_parameters: str) -> str:
@@ -561,7 +573,7 @@ def model_card(
         limitations=_limitations(model, run, templates_dir, num_parameters),
         package_version=elc_bert.__version__,
         transformers_version=transformers.__version__,
-        source=source,
+        source=shown_path(source),
         code_files=code_files,
     )
     return ModelCard(text + "\n")
