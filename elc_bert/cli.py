@@ -276,7 +276,7 @@ def eval_babylm(args, out) -> None:
         **options,
     )
     print(summary_table(summary), file=out)
-    print(f"elc-bert eval-babylm: results, predictions (official layout) and summary in {out_dir}", file=sys.stderr)
+    say_where("eval-babylm", out_dir)
 
 
 def say_where(command: str, folder) -> None:
