@@ -8,7 +8,6 @@ asked for (results tables, the overall line, the folder written) is printed here
 
 import argparse
 import contextlib
-import importlib
 import json
 import logging
 import os
@@ -18,40 +17,33 @@ from pathlib import Path
 from . import __version__, runs
 from .models.errors import InputError
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
-from .training.config import load_config, named_config
-from .training.config_help import describe_config
 
 # What a user can fix in their input: exit 2, like argparse's usage errors; our checks raise `InputError` for it.
 # Anything else (a ValueError from inside torch or transformers included) is a runtime failure: exit 1.
 INPUT_ERRORS = (InputError,)
 
-# The jobs driven by a YAML config: command -> (module of elc_bert.training, its config class, its configs/ folder,
-# what it does).
+# The jobs driven by a YAML config (their config classes: `job_configs.CONFIG_CLASSES`): command -> (its configs/
+# folder, what it does).
 JOBS = {
-    "pretrain": ("pretrain", "PretrainConfig", "pretrain", "pretrain ELC-BERT or LTG-BERT from a YAML config"),
-    "finetune-ner": ("finetune_ner", "FinetuneNerConfig", "ner", "few-shot NER (CoNLL-03, WikiAnn) from a YAML config"),
-    "mlm": ("mlm", "MlmConfig", "mlm", "MLM fine-tuning and perplexity on WikiText-2 from a YAML config"),
-    "finetune-glue": (
-        "finetune_glue",
-        "FinetuneGlueConfig",
-        "glue",
-        "BabyLM (Super)GLUE fine-tuning from a YAML config",
-    ),
+    "pretrain": ("pretrain", "pretrain ELC-BERT or LTG-BERT from a YAML config"),
+    "finetune-ner": ("ner", "few-shot NER (CoNLL-03, WikiAnn) from a YAML config"),
+    "mlm": ("mlm", "MLM fine-tuning and perplexity on WikiText-2 from a YAML config"),
+    "finetune-glue": ("glue", "BabyLM (Super)GLUE fine-tuning from a YAML config"),
 }
 
 
 class ConfigHelp(argparse.Action):
     """`elc-bert JOB -h`: the usage, then the keys of the job's config with their types, defaults and meaning, read
-    from its dataclass (imported only when asked for: the job modules load torch)."""
+    from its dataclass (imported only when asked for: the configs load transformers)."""
 
     def __init__(self, option_strings, dest, job, **kwargs):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
         self.job = job
 
     def __call__(self, parser, namespace, values, option_string=None):
-        module, class_name, _, _ = JOBS[self.job]
-        config_class = getattr(importlib.import_module(f"elc_bert.training.{module}"), class_name)
-        parser.epilog = describe_config(config_class)
+        from .job_configs import CONFIG_CLASSES, describe_config
+
+        parser.epilog = describe_config(CONFIG_CLASSES[self.job])
         parser.print_help()
         parser.exit()
 
@@ -73,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
     parser.add_argument("--version", action="version", version=f"elc-bert {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    for job, (_, _, folder, what) in JOBS.items():
+    for job, (folder, what) in JOBS.items():
         formatter = argparse.RawDescriptionHelpFormatter
         job_parser = commands.add_parser(job, help=what, description=what, add_help=False, formatter_class=formatter)
         job_parser.add_argument("-h", "--help", action=ConfigHelp, job=job, help="show this and the config keys")
@@ -284,31 +276,39 @@ def say_where(command: str, folder) -> None:
     print(f"elc-bert {command}: outputs in {folder}", file=sys.stderr)
 
 
+def job_config(args):
+    """The config of the job `args.command` runs, from its YAML file (or named config) and overrides."""
+    from .job_configs import CONFIG_CLASSES, load_config, named_config
+
+    folder, _ = JOBS[args.command]
+    return load_config(CONFIG_CLASSES[args.command], named_config(args.config, folder), args.overrides)
+
+
 def run(args, out=None):
     """Runs the parsed command; its result is printed to `out` (default: stdout)."""
     out = out if out is not None else sys.stdout
     if args.command == "pretrain":
-        from .training.pretrain import PretrainConfig, pretrain
+        from .training.pretrain import pretrain
 
-        config = load_config(PretrainConfig, named_config(args.config, "pretrain"), args.overrides)
+        config = job_config(args)
         print(json.dumps(pretrain(config), indent=2), file=out)
         say_where(args.command, config.output_dir)
     elif args.command == "finetune-ner":
-        from .training.finetune_ner import FinetuneNerConfig, finetune_ner, results_table
+        from .training.finetune_ner import finetune_ner, results_table
 
-        config = load_config(FinetuneNerConfig, named_config(args.config, "ner"), args.overrides)
+        config = job_config(args)
         print(results_table(config, finetune_ner(config)), file=out)
         say_where(args.command, config.output_dir)
     elif args.command == "mlm":
-        from .training.mlm import MlmConfig, mlm
+        from .training.mlm import mlm
 
-        config = load_config(MlmConfig, named_config(args.config, "mlm"), args.overrides)
+        config = job_config(args)
         print(json.dumps(mlm(config), indent=2), file=out)
         say_where(args.command, config.output_dir)
     elif args.command == "finetune-glue":
-        from .training.finetune_glue import FinetuneGlueConfig, finetune_glue, resolve_output_dir, results_table
+        from .training.finetune_glue import finetune_glue, resolve_output_dir, results_table
 
-        config = load_config(FinetuneGlueConfig, named_config(args.config, "glue"), args.overrides)
+        config = job_config(args)
         print(results_table(finetune_glue(config)), file=out)
         say_where(args.command, runs.glue_dir(resolve_output_dir(config)))
     elif args.command == "scorecard":

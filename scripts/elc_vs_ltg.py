@@ -39,8 +39,8 @@ from elc_bert import plots  # noqa: E402
 from elc_bert import runs as runs_layout  # noqa: E402
 from elc_bert.data.text import corpus_files, read_documents  # noqa: E402
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer  # noqa: E402
+from elc_bert.job_configs import load_config  # noqa: E402
 from elc_bert.runs import METRICS  # noqa: E402
-from elc_bert.training.config import load_config  # noqa: E402
 from elc_bert.training.pretrain import PretrainConfig, pretrain  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from elc_vs_ltg import shared_tokenizer
 from elc_bert import plots, runs
 from elc_bert.data.corpus import packed_samples
 from elc_bert.data.tokenizer import load_tokenizer
-from elc_bert.training.config import load_config
+from elc_bert.job_configs import load_config
 from elc_bert.training.pretrain import PretrainConfig, corpus, pretrain
 
 

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 import elc_bert.training.pretrain as job
-from elc_bert.training.config import load_config
+from elc_bert.job_configs import load_config
 
 
 class DieAfterCheckpoint(TrainerCallback):

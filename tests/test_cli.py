@@ -95,7 +95,7 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch, how):
 def test_named_configs_are_found_by_name(tmp_path, monkeypatch):
     """`elc-bert finetune-ner conll03_fewshot_dwatt`: a config name (no path, no .yaml) is looked up among the
     package's named configs of that job, wherever the command runs; a path stays a path."""
-    from elc_bert.training.config import named_config
+    from elc_bert.job_configs import named_config
 
     monkeypatch.chdir(tmp_path)
     found = named_config("conll03_fewshot_dwatt", "ner")

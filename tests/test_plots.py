@@ -140,5 +140,5 @@ def test_analysis_and_model_card_tell_the_plot_the_first_fused_state(tmp_path, m
     )
     analyze(model.eval(), tokenizer, ["a b c", "c b a a"], tmp_path / "analysis", strategies=())
     monkeypatch.setattr(runs, "mean_depth_profiles", lambda run_dir: {8: (2, [0.2, 0.3, 0.5])})
-    model_card._figures(model, {"dir": tmp_path, "kind": "finetune-ner"}, tmp_path)
+    model_card._figures(model, model_card.Run("finetune-ner", dir=tmp_path), tmp_path)
     assert drawn == [0 if fuse_embeddings else 1] * 2

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from elc_bert import runs
-from elc_bert.training.config import load_config, save_config
+from elc_bert.job_configs import load_config, save_config
 from elc_bert.training.pretrain import PretrainConfig, evenly_spaced, pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"

@@ -20,6 +20,7 @@ from pathlib import Path
 from elc_bert import runs
 from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
 from elc_bert.integrations import write_sentence_files
+from elc_bert.job_configs import saved_config
 from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 from elc_bert.pretrained import find_tokenizer
@@ -115,13 +116,9 @@ def auto_map(config_class, family: dict) -> dict:
 
 def _run_start_model(run_dir: Path | None) -> str | None:
     """The `model` a fine-tuning run (mlm, finetune-ner) started from, as its resolved config names it."""
-    import yaml
-
     for job in ("mlm", "finetune-ner"):
-        path = None if run_dir is None else runs.config_file(run_dir, job)
-        if path is not None and path.is_file():
-            value = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("model")
-            return str(value) if value else None
+        if run_dir is not None and job in runs.jobs_of(run_dir):
+            return saved_config(run_dir, job).model
     return None
 
 

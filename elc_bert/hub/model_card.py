@@ -7,6 +7,7 @@ of the dataset they copy, never a path; Hub datasets by their id). Without a run
 left out, the card has no results and says why.
 """
 
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
@@ -17,12 +18,12 @@ from string import Template
 
 import torch
 import transformers
-import yaml
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 import elc_bert
 from elc_bert import plots, runs
 from elc_bert.intervals import mean_and_interval
+from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig, saved_config
 from elc_bert.models import AUTO_CLASSES, FUSIONS, ElcBertModel, LayerFusionModel
 from elc_bert.pretrained import MODEL_ALIASES, is_hub_id
 
@@ -78,28 +79,36 @@ def _fill(templates_dir: Path, name: str, **values) -> str:
         raise KeyError(f"{templates_dir / name}: no value for ${error.args[0]}") from None
 
 
-def _read_yaml(path: Path) -> dict:
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {} if path.is_file() else {}
+@dataclass(frozen=True)
+class Run:
+    """What a card knows of the run that made its model: the job (None without a run), the config the job saved (its
+    config class), what the run measured, its folder, and why its metrics are left out (None: they are not)."""
+
+    job: str | None = None
+    config: PretrainConfig | MlmConfig | FinetuneNerConfig | None = None
+    metrics: dict = dataclasses.field(default_factory=dict)
+    dir: Path | None = None
+    left_out: str | None = None
 
 
-def read_run(run_dir: Path | None) -> dict:
-    """The run's kind, resolved config and measured metrics, from the files its job wrote."""
+def read_run(run_dir: Path | None) -> Run:
+    """The run's job, saved config and measured metrics, from the files its job wrote."""
     if run_dir is None:
-        return {"kind": None, "config": {}, "metrics": {}}
+        return Run()
     run_dir = Path(run_dir)
-    kinds = ("pretrain", "mlm", "finetune-ner")
-    for kind in kinds:
-        if kind not in runs.jobs_of(run_dir):
+    jobs = ("pretrain", "mlm", "finetune-ner")
+    for job in jobs:
+        if job not in runs.jobs_of(run_dir):
             continue
-        config = _read_yaml(runs.config_file(run_dir, kind))
-        if kind == "finetune-ner":
+        config = saved_config(run_dir, job)
+        if job == "finetune-ner":
             results_file = run_dir / runs.RESULTS
             metrics = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
         else:
             metrics_file = run_dir / runs.METRICS
             metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
-        return {"kind": kind, "config": config, "metrics": metrics, "dir": run_dir}
-    names = ", ".join(runs.JOB_CONFIGS[kind] for kind in kinds)
+        return Run(job, config, metrics, run_dir)
+    names = ", ".join(runs.JOB_CONFIGS[job] for job in jobs)
     raise InputNotFoundError(f"{run_dir}: not a run directory (none of {names})")
 
 
@@ -137,11 +146,11 @@ def shown_path(path) -> str:
     return "/".join(("...", *parts[-2:])) if len(parts) > 3 else str(path)
 
 
-def _job_folder(run: dict) -> Path | None:
+def _job_folder(run: Run) -> Path | None:
     """The folder the run's job ran in, where its relative paths start: the run folder less the relative
     `output_dir` its config saved. None when that does not tell: an absolute output_dir or one with "..", or a run
     folder moved since."""
-    run_dir, output_dir = run.get("dir"), str(run["config"].get("output_dir") or "")
+    run_dir, output_dir = run.dir, run.config.output_dir if run.config is not None else ""
     parts = Path(output_dir).parts
     if run_dir is None or not parts or Path(output_dir).is_absolute() or ".." in parts:
         return None
@@ -149,7 +158,7 @@ def _job_folder(run: dict) -> Path | None:
     return Path(*here[: -len(parts)]) if len(here) > len(parts) and here[-len(parts) :] == parts else None
 
 
-def _read_from_hub(run: dict, name: str, named_on_hub: bool) -> bool:
+def _read_from_hub(run: Run, name: str, named_on_hub: bool) -> bool:
     """Whether the run's job read `name` from the Hub, for a job that reads a local folder of that name where it
     ran when there is one, else the Hub (`datasets.load_dataset`, `elc-bert mlm`'s data_dir, a model name): never
     for a name no Hub id has; by the folder the job ran in where the run shows it (`_job_folder`); else when the
@@ -160,36 +169,34 @@ def _read_from_hub(run: dict, name: str, named_on_hub: bool) -> bool:
     return named_on_hub if folder is None else not (folder / name).exists()
 
 
-def run_corpora(run: dict) -> tuple[list[Corpus], list[Corpus]]:
+def run_corpora(run: Run) -> tuple[list[Corpus], list[Corpus]]:
     """(training data, evaluation data) of the run, from its saved config: `elc-bert finetune-ner` and the files of
     `elc-bert pretrain` are local files; a `datasets` source of pretrain (a dict entry) and the data_dir of
     `elc-bert mlm` are a Hub dataset or a local folder (`_read_from_hub`; mlm's config names a Hub dataset by its
     `dataset_config`)."""
-    kind, config = run["kind"], run["config"]
-    if kind == "pretrain":
+    config = run.config
+    if isinstance(config, PretrainConfig):
 
         def corpus(entry) -> Corpus:
             if isinstance(entry, dict):
                 path = str(entry.get("path"))
                 return Corpus(path, path, _read_from_hub(run, path, named_on_hub=True), entry.get("name"))
-            return Corpus(str(entry), str(Path(config.get("data_dir", ".")) / entry))
+            return Corpus(str(entry), str(Path(config.data_dir) / entry))
 
-        training = [corpus(entry) for entry in config.get("train_files", [])]
-        return training, [corpus(entry) for entry in config.get("validation_files", [])]
-    if kind == "mlm" and config.get("data_dir"):
-        path = str(config["data_dir"])
-        if _read_from_hub(run, path, named_on_hub=config.get("dataset_config") is not None):
-            data = Corpus(path, path, on_hub=True, config=config.get("dataset_config"))
+        return [corpus(entry) for entry in config.train_files], [corpus(entry) for entry in config.validation_files]
+    if isinstance(config, MlmConfig):
+        path = config.data_dir
+        if _read_from_hub(run, path, named_on_hub=config.dataset_config is not None):
+            data = Corpus(path, path, on_hub=True, config=config.dataset_config)
         else:  # the job's local files are WikiText-2's train/valid/test
             data = Corpus("WikiText-2", path, dataset_id="wikitext")
         return [data], [data]
-    if kind == "finetune-ner" and config.get("data_dir"):
-        dataset = config.get("dataset", "conll03")
-        name, dataset_id = NER_CORPORA.get(dataset, (dataset, None))
-        language = config.get("language", "en") if dataset == "wikiann" else None
+    if isinstance(config, FinetuneNerConfig):
+        name, dataset_id = NER_CORPORA[config.dataset]
+        language = config.language if config.dataset == "wikiann" else None
         if language:
             name += f" ({language})"
-        data = Corpus(name, str(config["data_dir"]), config=language, dataset_id=dataset_id)  # local files only
+        data = Corpus(name, config.data_dir, config=language, dataset_id=dataset_id)  # local files only
         return [data], [data]
     return [], []
 
@@ -212,12 +219,12 @@ def _results(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -
     ]
 
 
-def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult], list[str]]:
+def measured_results(run: Run, task: tuple[str, str]) -> tuple[list[EvalResult], list[str]]:
     """The model-index results and the Markdown table rows of what the run measured (and nothing else)."""
-    kind, config, metrics = run["kind"], run["config"], run["metrics"]
+    config, metrics = run.config, run.metrics
     _, evaluation = run_corpora(run)
     results, rows = [], []
-    if kind == "pretrain":
+    if isinstance(config, PretrainConfig):
         if "eval_loss" in metrics:
             validation = ", ".join(corpus.name for corpus in evaluation) or "validation files"
             dataset = evaluation[0] if len(evaluation) == 1 else Corpus(validation, validation)
@@ -230,8 +237,8 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult]
             rows.append(f"| validation MLM loss ({validation}) | {metrics['eval_loss']:.4f} |")
         if "train_loss" in metrics:
             rows.append(f"| training MLM loss, mean over the run | {metrics['train_loss']:.4f} |")
-    elif kind == "mlm":
-        dataset = evaluation[0] if evaluation else Corpus("WikiText-2", "WikiText-2", dataset_id="wikitext")
+    elif isinstance(config, MlmConfig):
+        dataset = evaluation[0]
         for split in ("validation", "test"):
             pairs = [
                 (metric, f"{split} MLM {metric}", metrics[f"{split}_{metric}"])
@@ -241,13 +248,9 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult]
             if pairs:
                 results += _results(("fill-mask", "Masked language modelling"), dataset, split, pairs)
                 rows.extend(f"| {dataset.name} {label} | {value:.4f} |" for _, label, value in pairs)
-    elif kind == "finetune-ner":
-        dataset = evaluation[0] if evaluation else Corpus(config.get("dataset", "NER"), config.get("dataset", "NER"))
-        unit = (
-            "sentences per entity type"
-            if config.get("shot_unit", "per_entity_type") == "per_entity_type"
-            else ("sentences")
-        )
+    elif isinstance(config, FinetuneNerConfig):
+        dataset = evaluation[0]
+        unit = "sentences per entity type" if config.shot_unit == "per_entity_type" else "sentences"
         # Per N: the best dev F1 of each trial, and the test F1 of that epoch's model where the run scored one
         # (`finetune_ner.summarize`).
         splits = (
@@ -267,12 +270,11 @@ def measured_results(run: dict, task: tuple[str, str]) -> tuple[list[EvalResult]
     return results, rows
 
 
-def _stand_in_note(config: dict) -> str:
+def _stand_in_note(run: Run) -> str:
     """Says plainly whether the pretraining files were the BabyLM 2023 strict-small corpus or a stand-in."""
-    files = config.get("train_files", [])
-    data_dir = Path(config.get("data_dir", "."))
+    files, data_dir = run.config.train_files, Path(run.config.data_dir)
     babylm = [f for f in files if isinstance(f, str) and Path(f).parts[:1] == ("babylm",)]
-    training, _ = run_corpora({"kind": "pretrain", "config": config})
+    training, _ = run_corpora(run)
     others = [corpus for f, corpus in zip(files, training) if f not in babylm]
     sources = []
     for entry in babylm:
@@ -296,44 +298,41 @@ def _stand_in_note(config: dict) -> str:
     )
 
 
-def _training_text(run: dict, model_dir: str, run_model: str | None) -> str:
+def _training_text(run: Run, model_dir: str, run_model: str | None) -> str:
     """What the run did, on which data; `run_model`: where in the run the exported weights were saved."""
-    kind, config = run["kind"], run["config"]
+    config = run.config
     training, _ = run_corpora(run)
     data = "; ".join(map(str, training)) or "data the run's config does not name"
     saved_as = f" (`{run_model}`)" if run_model else ""
-    if kind is None:
+    if config is None:
         return "No run directory was given to the export, so this card records no training details and no results."
-    if kind == "pretrain":
+    if isinstance(config, PretrainConfig):
         return (
-            f"Pretrained from scratch with `elc-bert pretrain` (run `{shown_path(run['dir'])}`): "
-            f"preset `{config.get('preset')}`, "
-            f"{config.get('max_steps')} steps of batch {config.get('batch_size')} x {config.get('seq_length')} "
-            f"tokens, optimizer {config.get('optimizer')}, peak learning rate {config.get('learning_rate')}, seed "
-            f"{config.get('seed')}; training data: {data}.\n\n" + _stand_in_note(config)
+            f"Pretrained from scratch with `elc-bert pretrain` (run `{shown_path(run.dir)}`): preset "
+            f"`{config.preset}`, {config.max_steps} steps of batch {config.batch_size} x {config.seq_length} "
+            f"tokens, optimizer {config.optimizer}, peak learning rate {config.learning_rate}, seed {config.seed}; "
+            f"training data: {data}.\n\n" + _stand_in_note(run)
         )
-    if kind == "mlm":
-        how = "plain" if config.get("fusion") is None else f"through a {config.get('fusion')} fusion head"
+    if isinstance(config, MlmConfig):
+        how = "plain" if config.fusion is None else f"through a {config.fusion} fusion head"
         return (
-            f"Masked-LM fine-tuning of `{config.get('model')}` ({how}) on {data} with `elc-bert mlm` (run "
-            f"`{shown_path(run['dir'])}`): {config.get('epochs')} epochs, learning rate {config.get('learning_rate')}, "
-            "blocks of "
-            f"{config.get('block_size')} tokens, seed {config.get('seed')}; the checkpoint with the best validation "
+            f"Masked-LM fine-tuning of `{config.model}` ({how}) on {data} with `elc-bert mlm` (run "
+            f"`{shown_path(run.dir)}`): {config.epochs} epochs, learning rate {config.learning_rate}, blocks of "
+            f"{config.block_size} tokens, seed {config.seed}; the checkpoint with the best validation "
             f"loss{saved_as} is the one exported."
         )
-    mode = "backbone frozen (feature extraction)" if config.get("freeze_backbone") else "all weights trained"
+    mode = "backbone frozen (feature extraction)" if config.freeze_backbone else "all weights trained"
     text = (
-        f"Few-shot NER on {data} with `elc-bert finetune-ner` (run `{shown_path(run['dir'])}`): backbone "
-        f"`{config.get('model')}`, fusion {config.get('fusion')}, {mode}; N in {config.get('shots')}, "
-        f"{config.get('trials')} trials each, {config.get('epochs')} epochs, learning rate "
-        f"{config.get('learning_rate')}; each trial keeps its best dev-set epoch."
+        f"Few-shot NER on {data} with `elc-bert finetune-ner` (run `{shown_path(run.dir)}`): backbone "
+        f"`{config.model}`, fusion {config.fusion}, {mode}; N in {config.shots}, {config.trials} trials each, "
+        f"{config.epochs} epochs, learning rate {config.learning_rate}; each trial keeps its best dev-set epoch."
     )
     weights = f"are the run's `{run_model}`" if run_model else f"come from `{model_dir}`"
-    results = "; the results below describe all of the run's trials, not these exact weights" if run["metrics"] else ""
+    results = "; the results below describe all of the run's trials, not these exact weights" if run.metrics else ""
     return text + f"\n\nThe weights exported here {weights}, one trial's best dev epoch{results}."
 
 
-def _figures(model, run: dict, out_dir: Path) -> str:
+def _figures(model, run: Run, out_dir: Path) -> str:
     figures = []
     base = model.base_model
     backbone = base.backbone if isinstance(base, LayerFusionModel) else base
@@ -345,8 +344,8 @@ def _figures(model, run: dict, out_dir: Path) -> str:
                 "ELC layer weights: row n is softmax(theta^(n)), how much block n reads of each earlier state.",
             )
         )
-    run_dir = None if run.get("left_out") else run.get("dir")  # the run's plots are measurements too
-    recorded = runs.mean_depth_profiles(run_dir) if run_dir is not None and run["kind"] == "finetune-ner" else {}
+    run_dir = None if run.left_out else run.dir  # the run's plots are measurements too
+    recorded = runs.mean_depth_profiles(run_dir) if run_dir is not None and run.job == "finetune-ner" else {}
     profiles = {f"N={shots} ({trials} trials)": weights for shots, (trials, weights) in recorded.items()}
     if profiles:
         first_state = 0 if getattr(model.config, "fuse_embeddings", True) else 1  # z_0 (the embeddings) or z_1
@@ -443,18 +442,18 @@ def parameter_count(model) -> str:
     return f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
 
 
-def base_model(run: dict) -> str | None:
+def base_model(run: Run) -> str | None:
     """The Hub model a fine-tuning run (mlm, finetune-ner) started from, as its config names it: an id `owner/name`
     or an alias of one (`MODEL_ALIASES`); None for a local folder or a run that started from scratch."""
-    if run["kind"] not in ("mlm", "finetune-ner"):
+    if not isinstance(run.config, (MlmConfig, FinetuneNerConfig)):
         return None
-    name = str(run["config"].get("model") or "")
+    name = run.config.model
     if name in MODEL_ALIASES:
         return MODEL_ALIASES[name].hub_id
     return name if name.count("/") == 1 and _read_from_hub(run, name, named_on_hub=True) else None
 
 
-def card_data(model, run: dict, title: str, license: str) -> tuple[ModelCardData, list[str]]:
+def card_data(model, run: Run, title: str, license: str) -> tuple[ModelCardData, list[str]]:
     """The card's metadata (what the Hub reads: license, tags, pipeline, datasets, base model, model-index of the
     run's measured results) and the Markdown rows of those results."""
     pipeline_tag, task_name = pipeline_of(model)
@@ -480,22 +479,22 @@ def card_data(model, run: dict, title: str, license: str) -> tuple[ModelCardData
     return data, rows
 
 
-def _results_text(run: dict, rows: list[str]) -> str:
-    if run.get("left_out"):
-        return f"No evaluation results: the run's metrics were left out because {run['left_out']}."
+def _results_text(run: Run, rows: list[str]) -> str:
+    if run.left_out:
+        return f"No evaluation results: the run's metrics were left out because {run.left_out}."
     if not rows:
         return "No evaluation results: the export was given no run that measured any."
-    return f"Measured by the run in `{shown_path(run['dir'])}`:\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
+    return f"Measured by the run in `{shown_path(run.dir)}`:\n\n| metric | value |\n|---|---|\n" + "\n".join(rows)
 
 
-def _limitations(model, run: dict, templates_dir: Path, num_parameters: str) -> str:
+def _limitations(model, run: Run, templates_dir: Path, num_parameters: str) -> str:
     size_note = f"Small: {num_parameters} parameters"
-    if run["kind"] == "pretrain":
-        size_note += f", pretrained for {run['config'].get('max_steps')} optimizer steps"
+    if isinstance(run.config, PretrainConfig):
+        size_note += f", pretrained for {run.config.max_steps} optimizer steps"
     size_note += "; treat it as a research artefact, not a general-purpose language model."
     extra = []
-    if run["kind"] == "finetune-ner" and run["metrics"]:
-        tested = any(isinstance(entry, dict) and "test_mean" in entry for entry in run["metrics"].values())
+    if isinstance(run.config, FinetuneNerConfig) and run.metrics:
+        tested = any(isinstance(entry, dict) and "test_mean" in entry for entry in run.metrics.values())
         extra.append(
             "- The NER F1 scores are each trial's best dev-set epoch: model selection on the dev set makes them "
             + (
@@ -552,7 +551,7 @@ def model_card(
     templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     run = read_run(Path(run_dir) if run_dir is not None else None)
     if metrics_left_out:
-        run = {**run, "metrics": {}, "left_out": metrics_left_out}
+        run = dataclasses.replace(run, metrics={}, left_out=metrics_left_out)
     title = repo_id.split("/")[-1] if repo_id else (name or out_dir.name)
     num_parameters = parameter_count(model)
     data, rows = card_data(model, run, title, license)

@@ -6,22 +6,14 @@ from pathlib import Path
 
 import torch
 from transformers import TrainerCallback, TrainingArguments
-from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-# What every job's `report_to` may name: the Trainer's experiment trackers (each needs its own package).
-TRACKERS = tuple(INTEGRATION_TO_CALLBACK)
-REPORT_TO_HELP = (
-    "experiment trackers the Trainer reports to (tensorboard, wandb, trackio, mlflow, ...; each needs its package): "
-    "[] reports nowhere"
-)
 
 
 def training_arguments(config, output_dir: str | Path, owned: dict, **defaults) -> TrainingArguments:
     """A job's TrainingArguments: the settings every job shares (no logging integrations, pinned memory only with an
     accelerator), then the job's `defaults`, then the user's `config.training` keys, which win over both, then the
     fields the job sets from its own keys (`owned`: the seed, the learning rate, ...). Each setting has one source:
-    a `training.*` key for an owned field is refused when the config is made (`config.check_fields`, from the config
-    class's `training_owned`, which must name every field a job passes as owned). Creating them sets up the
+    a `training.*` key for an owned field is refused when the config is made (`job_configs.check_fields`, from the
+    config class's `training_owned`, which must name every field a job passes as owned). Creating them sets up the
     process group under torchrun / accelerate launch."""
     undeclared = sorted(set(owned) - set(type(config).training_owned))
     if undeclared:

