@@ -13,11 +13,24 @@ import re
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 import yaml
 from reference_impl import random_reference_state_dict
 from tokenizers import Tokenizer, models, pre_tokenizers
 from torch import nn
-from transformers import BertConfig, PreTrainedTokenizerFast
+from transformers import (
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForMultipleChoice,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    BertConfig,
+    PreTrainedTokenizerFast,
+    RobertaConfig,
+    XLMRobertaConfig,
+)
+from transformers.utils import ModelOutput
 
 from elc_bert import (
     ElcBertConfig,
@@ -368,3 +381,128 @@ def save_encoder(folder, tokenizer, architectures=None):
 
 # ------------------------------------------------------------------------------------------------ a pretraining run
 HANDOFFS_RUN_STEPS = 6  # the steps of the `run` fixture's pretraining run (checkpoints at 3 and 6)
+
+
+# ---------------------------------------------------------------- the task models (test_modeling, test_conformance)
+NUM_LABELS = 3
+
+
+def class_id(cls):
+    return cls.__name__.replace("ElcBert", "")
+
+
+def task_model(model_class, arch=("elc", "base"), seed=0, **overrides):
+    extra = (
+        {"num_labels": NUM_LABELS}
+        if model_class in (ElcBertForSequenceClassification, ElcBertForTokenClassification)
+        else {}
+    )
+    return build_model(model_class, seed=seed, layer_combination=arch[0], elc_variant=arch[1], **extra, **overrides)
+
+
+def task_inputs(model_class, lengths=(11, 7, 4), num_choices=3, seed=0):
+    """Inputs for `model_class`: B x T, or B x C x T for multiple choice (one padded batch per choice)."""
+    if model_class is ElcBertForMultipleChoice:
+        ids, masks = [], []
+        for choice in range(num_choices):
+            shifted = [max(1, n - 2 * choice) for n in lengths]
+            i, m = padded_batch(shifted, seed=seed + choice)
+            pad = max(lengths) - i.shape[1]
+            ids.append(F.pad(i, (0, pad), value=3))
+            masks.append(F.pad(m, (0, pad), value=0))
+        return torch.stack(ids, 1), torch.stack(masks, 1)
+    return padded_batch(list(lengths), seed=seed)
+
+
+def task_outputs(model_class, output):
+    """The tensors a task model is for, each with batch first."""
+    assert isinstance(output, ModelOutput)
+    if model_class is ElcBertModel:
+        return [output.last_hidden_state]
+    if model_class is ElcBertForQuestionAnswering:
+        return [output.start_logits, output.end_logits]
+    return [output.logits]
+
+
+AUTO = {
+    ElcBertModel: AutoModel,
+    ElcBertForMaskedLM: AutoModelForMaskedLM,
+    ElcBertForSequenceClassification: AutoModelForSequenceClassification,
+    ElcBertForTokenClassification: AutoModelForTokenClassification,
+    ElcBertForMultipleChoice: AutoModelForMultipleChoice,
+    ElcBertForQuestionAnswering: AutoModelForQuestionAnswering,
+}
+
+
+# ------------------------------------------------- fusion models (test_layer_fusion, test_layer_fusion_conformance)
+# The tiny BERT-like backbones: hidden 32, 2 layers, 2 heads, no dropout.
+SMALL = dict(
+    vocab_size=96,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=48,
+    hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0,
+)
+
+
+def tiny_backbone_config(kind="bert", **overrides):
+    """A tiny random backbone config of the given kind (ELC-BERT: the suite's TINY dimensions)."""
+    if kind == "bert":
+        return BertConfig(**{**SMALL, "max_position_embeddings": 64, "pad_token_id": 0, **overrides})
+    if kind in ("roberta", "xlm-roberta"):
+        config_class = RobertaConfig if kind == "roberta" else XLMRobertaConfig
+        fields = dict(max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        return config_class(**{**SMALL, **fields, **overrides})
+    if kind == "elc_bert":
+        return ElcBertConfig(**{**TINY, **overrides})
+    raise ValueError(kind)
+
+
+def pad_id_of(config):
+    return config.pad_token_id if config.pad_token_id is not None else 0
+
+
+def make_batch(lengths, pad_id=0, vocab_size=96, seed=0, length=None):
+    """input_ids B x T right-padded with pad_id (real ids avoid the special ids 0..4), attention_mask B x T."""
+    gen = torch.Generator().manual_seed(seed)
+    length = length or max(lengths)
+    input_ids = torch.randint(5, vocab_size, (len(lengths), length), generator=gen)
+    attention_mask = torch.zeros(len(lengths), length, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        attention_mask[row, :n] = 1
+        input_ids[row, n:] = pad_id
+    return input_ids, attention_mask
+
+
+def fusion_model(model_class, kind="bert", fusion="dwatt", seed=0, backbone_overrides=None, **config_kwargs):
+    """A seeded tiny fusion model in eval mode (ELC logits randomised so that no mixture is trivial)."""
+    torch.manual_seed(seed)
+    config_kwargs.setdefault("head_dropout", 0.0)
+    backbone_config = tiny_backbone_config(kind, **(backbone_overrides or {}))
+    model = model_class(LayerFusionConfig(backbone_config=backbone_config, fusion=fusion, **config_kwargs))
+    if kind == "elc_bert":
+        randomise_elc_logits(model, seed)
+    return model.eval()
+
+
+def perturb(module, seed=0, std=0.2):
+    """Adds N(0, std^2) noise to every parameter, so that no weight sits at its (often symmetric) init."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in module.parameters():
+            param.add_(torch.randn(param.shape, generator=gen) * std)
+
+
+def check_close(actual, expected, atol, what, attention_mask=None):
+    """Max-abs comparison in float64; with an attention mask, at the real (unpadded) positions only: the package
+    leaves the fused states of padding undefined (zeros where per-token fusions skip it)."""
+    actual = actual.detach().to(torch.float64)
+    expected = expected.detach().to(torch.float64)
+    if attention_mask is not None:
+        assert actual.shape[:2] == expected.shape[:2] == attention_mask.shape, what
+        actual, expected = actual[attention_mask.bool()], expected[attention_mask.bool()]
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    err = (actual - expected).abs().max().item()
+    assert err <= atol, f"{what}: max abs error {err:.3g} > {atol}"

@@ -9,8 +9,18 @@ The layer-fusion classes have their own file, tests/test_layer_fusion_conformanc
 import numpy as np
 import pytest
 import torch
-from helpers import TASK_CLASSES, TINY, arch_id, build_model, padded_batch
-from test_modeling import AUTO, class_id, main_outputs, task_inputs, task_model
+from helpers import (
+    AUTO,
+    TASK_CLASSES,
+    TINY,
+    arch_id,
+    build_model,
+    class_id,
+    padded_batch,
+    task_inputs,
+    task_model,
+    task_outputs,
+)
 from transformers import Trainer, TrainingArguments
 
 from elc_bert import (
@@ -40,7 +50,7 @@ def test_attn_implementation_through_from_config_and_from_pretrained(model_class
         fresh = AUTO[model_class].from_config(loaded.config, attn_implementation=implementation)
         assert fresh.config._attn_implementation == implementation
         with torch.no_grad():
-            outputs[implementation] = main_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
+            outputs[implementation] = task_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
     for eager, sdpa in zip(outputs["eager"], outputs["sdpa"]):
         torch.testing.assert_close(sdpa, eager, rtol=0, atol=1e-5)
 
@@ -145,9 +155,9 @@ def test_torch_export_with_an_attention_mask(model_class):
     input_ids, attention_mask = task_inputs(model_class)
     program = torch.export.export(model, (input_ids,), {"attention_mask": attention_mask})
     with torch.no_grad():
-        expected = main_outputs(model_class, model(input_ids, attention_mask=attention_mask))
+        expected = task_outputs(model_class, model(input_ids, attention_mask=attention_mask))
         exported = program.module()(input_ids, attention_mask=attention_mask)
-    for ours, theirs in zip(main_outputs(model_class, exported), expected):
+    for ours, theirs in zip(task_outputs(model_class, exported), expected):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
 
 

@@ -13,7 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY, randomise_elc_logits
+from helpers import (
+    SMALL,
+    TINY,
+    check_close,
+    fusion_model,
+    make_batch,
+    pad_id_of,
+    perturb,
+    randomise_elc_logits,
+    tiny_backbone_config,
+)
 from safetensors import safe_open
 from transformers import (
     AutoConfig,
@@ -23,7 +33,6 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     RobertaConfig,
-    XLMRobertaConfig,
 )
 from transformers.loss.loss_utils import LOSS_MAPPING
 from transformers.models.bert.modeling_bert import BertLayer
@@ -44,66 +53,6 @@ KINDS = ["bert", "roberta", "xlm-roberta", "elc_bert"]
 FUSIONS = ["dwatt", "concat", "average", "last", "extra_layers"]
 LENGTHS = [11, 7, 4]  # a padded batch: one full row, two padded ones
 
-# The tiny BERT-like backbones: hidden 32, 2 layers, 2 heads, no dropout.
-SMALL = dict(
-    vocab_size=96,
-    hidden_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    intermediate_size=48,
-    hidden_dropout_prob=0.0,
-    attention_probs_dropout_prob=0.0,
-)
-
-
-# ------------------------------------------------------------------------------------------------------- helpers
-def tiny_backbone_config(kind="bert", **overrides):
-    """A tiny random backbone config of the given kind (ELC-BERT: the suite's TINY dimensions)."""
-    if kind == "bert":
-        return BertConfig(**{**SMALL, "max_position_embeddings": 64, "pad_token_id": 0, **overrides})
-    if kind in ("roberta", "xlm-roberta"):
-        config_class = RobertaConfig if kind == "roberta" else XLMRobertaConfig
-        fields = dict(max_position_embeddings=66, pad_token_id=1, bos_token_id=0, eos_token_id=2)
-        return config_class(**{**SMALL, **fields, **overrides})
-    if kind == "elc_bert":
-        return ElcBertConfig(**{**TINY, **overrides})
-    raise ValueError(kind)
-
-
-def pad_id_of(config):
-    return config.pad_token_id if config.pad_token_id is not None else 0
-
-
-def make_batch(lengths, pad_id=0, vocab_size=96, seed=0, length=None):
-    """input_ids B x T right-padded with pad_id (real ids avoid the special ids 0..4), attention_mask B x T."""
-    gen = torch.Generator().manual_seed(seed)
-    length = length or max(lengths)
-    input_ids = torch.randint(5, vocab_size, (len(lengths), length), generator=gen)
-    attention_mask = torch.zeros(len(lengths), length, dtype=torch.long)
-    for row, n in enumerate(lengths):
-        attention_mask[row, :n] = 1
-        input_ids[row, n:] = pad_id
-    return input_ids, attention_mask
-
-
-def build(model_class, kind="bert", fusion="dwatt", seed=0, backbone_overrides=None, **config_kwargs):
-    """A seeded tiny fusion model in eval mode (ELC logits randomised so that no mixture is trivial)."""
-    torch.manual_seed(seed)
-    config_kwargs.setdefault("head_dropout", 0.0)
-    backbone_config = tiny_backbone_config(kind, **(backbone_overrides or {}))
-    model = model_class(LayerFusionConfig(backbone_config=backbone_config, fusion=fusion, **config_kwargs))
-    if kind == "elc_bert":
-        randomise_elc_logits(model, seed)
-    return model.eval()
-
-
-def perturb(module, seed=0, std=0.2):
-    """Adds N(0, std^2) noise to every parameter, so that no weight sits at its (often symmetric) init."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in module.parameters():
-            param.add_(torch.randn(param.shape, generator=gen) * std)
-
 
 def backbone_states(model, input_ids, attention_mask):
     """z_0..z_L straight from the backbone (a plain transformers model), as float64."""
@@ -111,19 +60,6 @@ def backbone_states(model, input_ids, attention_mask):
     with torch.no_grad():
         output = backbone(input_ids, attention_mask=attention_mask, output_hidden_states=True)
     return [state.to(F64) for state in output.hidden_states]
-
-
-def check_close(actual, expected, atol, what, attention_mask=None):
-    """Max-abs comparison in float64; with an attention mask, at the real (unpadded) positions only: the package
-    leaves the fused states of padding undefined (zeros where per-token fusions skip it)."""
-    actual = actual.detach().to(F64)
-    expected = expected.detach().to(F64)
-    if attention_mask is not None:
-        assert actual.shape[:2] == expected.shape[:2] == attention_mask.shape, what
-        actual, expected = actual[attention_mask.bool()], expected[attention_mask.bool()]
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    err = (actual - expected).abs().max().item()
-    assert err <= atol, f"{what}: max abs error {err:.3g} > {atol}"
 
 
 # ------------------------------------------------------------------------------- naive DWAtt from the equations
@@ -198,7 +134,9 @@ def naive_concat(states, proj, residual):
     "scaled, fuse_embeddings", [(False, True), (True, True), (False, False)], ids=["paper", "scaled", "no-z0"]
 )
 def test_dwatt_matches_naive(scaled, fuse_embeddings):
-    model = build(LayerFusionModel, fusion="dwatt", scaled_depth_attention=scaled, fuse_embeddings=fuse_embeddings)
+    model = fusion_model(
+        LayerFusionModel, fusion="dwatt", scaled_depth_attention=scaled, fuse_embeddings=fuse_embeddings
+    )
     perturb(model.fusion, seed=1)
     input_ids, attention_mask = make_batch(LENGTHS)
     with torch.no_grad():
@@ -221,7 +159,7 @@ def test_dwatt_matches_naive(scaled, fuse_embeddings):
 
 
 def test_dwatt_zero_values_return_last_state():
-    model = build(LayerFusionModel, fusion="dwatt")
+    model = fusion_model(LayerFusionModel, fusion="dwatt")
     perturb(model.fusion, seed=2)
     with torch.no_grad():
         for mlp, norm in zip(model.fusion.value_mlps, model.fusion.value_layer_norms):
@@ -238,7 +176,7 @@ def test_dwatt_zero_values_return_last_state():
 
 
 def test_dwatt_layer_positions_are_fixed_uniform_buffer():
-    model = build(LayerFusionModel, fusion="dwatt", layer_position_dim=64)
+    model = fusion_model(LayerFusionModel, fusion="dwatt", layer_position_dim=64)
     positions = model.fusion.layer_positions
     names = [name for name, _ in model.fusion.named_parameters()]
     assert "layer_positions" not in names and not positions.requires_grad
@@ -252,7 +190,7 @@ def test_dwatt_layer_positions_are_fixed_uniform_buffer():
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("fuse_embeddings", [True, False], ids=["with-z0", "no-z0"])
 def test_concat_matches_naive(residual, fuse_embeddings):
-    model = build(LayerFusionModel, fusion="concat", concat_residual=residual, fuse_embeddings=fuse_embeddings)
+    model = fusion_model(LayerFusionModel, fusion="concat", concat_residual=residual, fuse_embeddings=fuse_embeddings)
     perturb(model.fusion, seed=3)
     input_ids, attention_mask = make_batch(LENGTHS)
     with torch.no_grad():
@@ -268,7 +206,7 @@ def test_concat_matches_naive(residual, fuse_embeddings):
 
 @pytest.mark.parametrize("fuse_embeddings", [True, False], ids=["with-z0", "no-z0"])
 def test_average_is_mean_of_states(fuse_embeddings):
-    model = build(LayerFusionModel, fusion="average", fuse_embeddings=fuse_embeddings)
+    model = fusion_model(LayerFusionModel, fusion="average", fuse_embeddings=fuse_embeddings)
     input_ids, attention_mask = make_batch(LENGTHS)
     with torch.no_grad():
         output = model(input_ids, attention_mask=attention_mask)
@@ -282,7 +220,7 @@ def test_average_is_mean_of_states(fuse_embeddings):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_last_is_backbone_last_hidden_state(kind):
-    model = build(LayerFusionModel, kind=kind, fusion="last")
+    model = fusion_model(LayerFusionModel, kind=kind, fusion="last")
     config = model.config.backbone_config
     input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(config))
     with torch.no_grad():
@@ -338,7 +276,7 @@ def real_positions(tensor, attention_mask, row):
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_padding_does_not_change_real_positions(kind, fusion):
-    model = build(LayerFusionModel, kind=kind, fusion=fusion)
+    model = fusion_model(LayerFusionModel, kind=kind, fusion=fusion)
     if fusion in ("dwatt", "concat"):
         perturb(model.fusion, seed=4)
     input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(model.config.backbone_config))
@@ -357,7 +295,7 @@ def test_padding_does_not_change_real_positions(kind, fusion):
 def test_output_hidden_states_does_not_change_the_fused_states(fusion):
     """With padding, per-token fusions may run on the real tokens only; asking for the hidden states (which keeps
     the padded layout) must not change the result at the real positions."""
-    model = build(LayerFusionModel, fusion=fusion)
+    model = fusion_model(LayerFusionModel, fusion=fusion)
     if fusion in ("dwatt", "concat"):
         perturb(model.fusion, seed=9)
     input_ids, attention_mask = make_batch(LENGTHS)
@@ -371,7 +309,7 @@ def test_output_hidden_states_does_not_change_the_fused_states(fusion):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_extra_layers_are_backbone_layers(kind):
-    model = build(LayerFusionModel, kind=kind, fusion="extra_layers", num_extra_layers=2)
+    model = fusion_model(LayerFusionModel, kind=kind, fusion="extra_layers", num_extra_layers=2)
     own = model.backbone.encoder.layers if kind == "elc_bert" else model.backbone.encoder.layer
     assert len(model.fusion.layers) == 2
     for layer in model.fusion.layers:
@@ -394,7 +332,9 @@ def test_extra_layers_are_backbone_layers(kind):
 def test_extra_layers_match_a_naive_loop(kind, overrides):
     """Base+n against a loop written here: on ELC-BERT every extra block reads softmax(theta) over all the states
     before it (z_0..z_L, z_L the backbone's output, then the earlier extra blocks); elsewhere the stream continues."""
-    model = build(LayerFusionModel, kind=kind, fusion="extra_layers", backbone_overrides=overrides, num_extra_layers=2)
+    model = fusion_model(
+        LayerFusionModel, kind=kind, fusion="extra_layers", backbone_overrides=overrides, num_extra_layers=2
+    )
     input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(model.config.backbone_config))
     backbone, captured = model.backbone, {}
     first = backbone.encoder if kind == "elc_bert" else backbone.encoder.layer[0]
@@ -419,7 +359,7 @@ def test_extra_layers_match_a_naive_loop(kind, overrides):
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_token_classification_train_step_and_save_load(kind, fusion, tmp_path):
-    model = build(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=5)
+    model = fusion_model(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=5)
     input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(model.config.backbone_config))
     labels = torch.randint(0, 5, input_ids.shape, generator=torch.Generator().manual_seed(0))
     labels[attention_mask == 0] = -100
@@ -453,7 +393,7 @@ def test_token_classification_train_step_and_save_load(kind, fusion, tmp_path):
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_fusion_and_head_parameter_gets_a_gradient(kind, fusion):
     """A trainable fusion or head parameter that receives no gradient is dead weight (and skews the budget)."""
-    model = build(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=5)
+    model = fusion_model(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=5)
     input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(model.config.backbone_config))
     labels = torch.randint(0, 5, input_ids.shape, generator=torch.Generator().manual_seed(0))
     model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
@@ -466,7 +406,7 @@ def test_every_fusion_and_head_parameter_gets_a_gradient(kind, fusion):
 
 
 def test_mean_depth_weights_is_dwatt_averaged_over_real_tokens():
-    model = build(LayerFusionForTokenClassification, fusion="dwatt", num_labels=3)
+    model = fusion_model(LayerFusionForTokenClassification, fusion="dwatt", num_labels=3)
     perturb(model.base_model.fusion, seed=3)
     batches = [
         dict(zip(("input_ids", "attention_mask"), make_batch(lengths, seed=i)))
@@ -478,7 +418,7 @@ def test_mean_depth_weights_is_dwatt_averaged_over_real_tokens():
     profile = model.base_model.mean_depth_weights(batches)
     assert profile == pytest.approx(expected.tolist(), abs=1e-6) and sum(profile) == pytest.approx(1.0, abs=1e-5)
     with pytest.raises(ValueError, match="fusion='dwatt', not 'concat'"):
-        build(LayerFusionModel, fusion="concat").mean_depth_weights(batches)
+        fusion_model(LayerFusionModel, fusion="concat").mean_depth_weights(batches)
 
 
 @pytest.mark.parametrize(
@@ -492,7 +432,7 @@ def test_mean_depth_weights_is_dwatt_averaged_over_real_tokens():
 def test_heads_compute_their_loss_with_the_library_loss_function(model_class, loss_type):
     """The heads' losses are the `transformers` ones their class names select (`loss_function`), so a loss function
     set on the model is the one used."""
-    model = build(model_class, fusion="dwatt", num_labels=3)
+    model = fusion_model(model_class, fusion="dwatt", num_labels=3)
     assert model.loss_function is LOSS_MAPPING[loss_type]
     input_ids, attention_mask = make_batch(LENGTHS)
     labels = torch.tensor([0, 2, 1]) if model_class is LayerFusionForSequenceClassification else input_ids % 3
@@ -501,7 +441,7 @@ def test_heads_compute_their_loss_with_the_library_loss_function(model_class, lo
 
 
 def test_sequence_classification_runs():
-    model = build(LayerFusionForSequenceClassification, fusion="dwatt", num_labels=3)
+    model = fusion_model(LayerFusionForSequenceClassification, fusion="dwatt", num_labels=3)
     input_ids, attention_mask = make_batch(LENGTHS)
     output = model(input_ids, attention_mask=attention_mask, labels=torch.tensor([0, 2, 1]))
     assert output.logits.shape == (3, 3) and torch.isfinite(output.loss)
@@ -515,7 +455,7 @@ MLM_IDS = ["bert", "roberta", "elc_bert", "elc_bert-weighted_output"]
 
 @pytest.mark.parametrize("kind, overrides", MLM_BACKBONES[:3], ids=MLM_IDS[:3])
 def test_mlm_head_is_tied_to_input_embeddings(kind, overrides, tmp_path):
-    model = build(LayerFusionForMaskedLM, kind=kind, fusion="dwatt", backbone_overrides=overrides)
+    model = fusion_model(LayerFusionForMaskedLM, kind=kind, fusion="dwatt", backbone_overrides=overrides)
     assert model.get_output_embeddings().weight is model.get_input_embeddings().weight
     model.save_pretrained(tmp_path)
     loaded = AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
@@ -577,7 +517,7 @@ def test_from_backbone_keeps_backbone_weights(kind, tmp_path):
 
 # --------------------------------------------------------------------------------- 6. feature extraction, cache
 def test_frozen_backbone_feature_extraction():
-    model = build(
+    model = fusion_model(
         LayerFusionForTokenClassification,
         fusion="dwatt",
         num_labels=4,
@@ -608,7 +548,7 @@ def test_frozen_backbone_feature_extraction():
 
 
 def test_frozen_backbone_stays_frozen_after_from_pretrained(tmp_path):
-    model = build(LayerFusionForTokenClassification, fusion="dwatt", num_labels=4, freeze_backbone=True)
+    model = fusion_model(LayerFusionForTokenClassification, fusion="dwatt", num_labels=4, freeze_backbone=True)
     model.save_pretrained(tmp_path)
     loaded = AutoModelForTokenClassification.from_pretrained(tmp_path)
     assert loaded.config.freeze_backbone
@@ -617,14 +557,14 @@ def test_frozen_backbone_stays_frozen_after_from_pretrained(tmp_path):
 
 
 def test_feature_cache_needs_frozen_backbone():
-    model = build(LayerFusionForTokenClassification, fusion="dwatt", num_labels=4)
+    model = fusion_model(LayerFusionForTokenClassification, fusion="dwatt", num_labels=4)
     with pytest.raises(ValueError, match="freeze_backbone"):
         model.base_model.enable_feature_cache()
 
 
 @pytest.mark.parametrize("fusion", ["dwatt", "concat", "extra_layers"])
 def test_feature_cache_matches_uncached(fusion):
-    model = build(LayerFusionForTokenClassification, fusion=fusion, num_labels=4, freeze_backbone=True)
+    model = fusion_model(LayerFusionForTokenClassification, fusion=fusion, num_labels=4, freeze_backbone=True)
     if fusion != "extra_layers":
         perturb(model.base_model.fusion, seed=7)
     lengths = [9, 4, 12, 6, 3, 10, 7, 5]
@@ -684,7 +624,9 @@ def test_feature_cache_matches_uncached(fusion):
 def test_fill_feature_cache_ahead_of_training(kind):
     """fill_feature_cache computes every example's states in one pass of length-sorted batches: each equals the
     backbone's states of that example run alone, and training afterwards runs no backbone pass at all."""
-    model = build(LayerFusionForTokenClassification, kind=kind, fusion="dwatt", num_labels=4, freeze_backbone=True)
+    model = fusion_model(
+        LayerFusionForTokenClassification, kind=kind, fusion="dwatt", num_labels=4, freeze_backbone=True
+    )
     lengths = [9, 4, 12, 6, 3, 10, 7, 5]
     gen = torch.Generator().manual_seed(8)
     examples = []
@@ -741,7 +683,7 @@ def test_training_step_on_labelled_positions_only_equals_the_full_computation(fu
     """In training mode with labels, only the labelled positions go through the fusion and the classifier: the loss,
     every gradient and the logits at labelled positions equal those of the full B x T computation (eval mode, loss
     from all logits), and the logits elsewhere are zero."""
-    model = build(LayerFusionForTokenClassification, fusion=fusion, num_labels=5, freeze_backbone=True)
+    model = fusion_model(LayerFusionForTokenClassification, fusion=fusion, num_labels=5, freeze_backbone=True)
     perturb(model, seed=3)
     if cache:
         model.base_model.enable_feature_cache()
@@ -776,7 +718,7 @@ def test_training_step_on_labelled_positions_only_equals_the_full_computation(fu
 
 # --------------------------------------------------------------------------------------------------- 7. bf16
 def test_dwatt_bf16_autocast_forward_backward():
-    model = build(LayerFusionForTokenClassification, fusion="dwatt", num_labels=5).train()
+    model = fusion_model(LayerFusionForTokenClassification, fusion="dwatt", num_labels=5).train()
     input_ids, attention_mask = make_batch(LENGTHS)
     labels = torch.randint(0, 5, input_ids.shape, generator=torch.Generator().manual_seed(0))
     labels[attention_mask == 0] = -100
@@ -967,7 +909,7 @@ def drop_from_checkpoint(folder, prefixes):
 def test_checkpoint_without_backbone_weights_is_refused(kind, tmp_path):
     """A fusion checkpoint that lacks backbone tensors is an error naming them, not a randomly initialised backbone;
     a head missing from the checkpoint (a fusion model loaded for another task) still starts fresh, as usual."""
-    model = build(LayerFusionForTokenClassification, kind=kind, num_labels=4)
+    model = fusion_model(LayerFusionForTokenClassification, kind=kind, num_labels=4)
     model.save_pretrained(tmp_path / "full")
     model.save_pretrained(tmp_path / "partial")
     dropped = drop_from_checkpoint(tmp_path / "partial", ("layer_fusion.backbone.embeddings.",))

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from helpers import check_close, fusion_model, make_batch, pad_id_of, perturb, tiny_backbone_config
 from safetensors.torch import load_file, save_file
-from test_layer_fusion import build, check_close, make_batch, pad_id_of, perturb, tiny_backbone_config
 from torch.nn.parallel import DistributedDataParallel
 from transformers import (
     AutoModel,
@@ -91,7 +91,7 @@ def test_hidden_states_are_backbone_states_then_fused_output(kind, fusion):
     """`hidden_states` = z_0..z_L (the backbone's own) then h, whether asked by the config or in the call, from the
     base model and from every head; an index or a list of indices keeps those (negative from the end), None
     elsewhere."""
-    model = build(LayerFusionModel, kind=kind, fusion=fusion)
+    model = fusion_model(LayerFusionModel, kind=kind, fusion=fusion)
     if fusion in ("dwatt", "concat"):
         perturb(model.fusion, seed=2)
     input_ids, attention_mask = make_batch(LENGTHS, pad_id=pad_id_of(model.config.backbone_config))
@@ -122,7 +122,7 @@ def test_hidden_states_are_backbone_states_then_fused_output(kind, fusion):
             check_close(selected[i], called.hidden_states[i], 0.0, f"selection {selection}: entry {i}", attention_mask)
 
     for head in HEADS:
-        model = build(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS)
+        model = fusion_model(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS)
         if fusion in ("dwatt", "concat"):
             perturb(model.base_model.fusion, seed=2)
         with torch.no_grad():
@@ -136,7 +136,7 @@ def test_hidden_states_are_backbone_states_then_fused_output(kind, fusion):
                 check_close(got, want, 0.0, f"{head.__name__} hidden_states[{n}]", attention_mask)
 
     # A training step of the token head reads the labelled positions only; the states still come B x T.
-    model = build(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=NUM_LABELS).train()
+    model = fusion_model(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=NUM_LABELS).train()
     input_ids, attention_mask, labels = batch_for(model)
     labels[:, 1] = -100
     output = model(input_ids, attention_mask=attention_mask, labels=labels, output_hidden_states=[-1])
@@ -156,7 +156,7 @@ def test_hidden_states_are_backbone_states_then_fused_output(kind, fusion):
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_resize_token_embeddings_saves_and_reloads(kind, fusion, head, tie, tmp_path):
-    model = build(head, kind=kind, fusion=fusion, tie_word_embeddings=tie)
+    model = fusion_model(head, kind=kind, fusion=fusion, tie_word_embeddings=tie)
     vocab = model.config.backbone_config.vocab_size
     model.resize_token_embeddings(vocab + 8)
     perturb(model, seed=3, std=0.02)  # every weight, the new rows included, away from its init
@@ -189,7 +189,7 @@ def test_resize_token_embeddings_saves_and_reloads(kind, fusion, head, tie, tmp_
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_untied_mlm_decoder_survives_save_load_and_from_backbone(kind, fusion, tmp_path):
-    model = build(LayerFusionForMaskedLM, kind=kind, fusion=fusion, tie_word_embeddings=False)
+    model = fusion_model(LayerFusionForMaskedLM, kind=kind, fusion=fusion, tie_word_embeddings=False)
     decoder, embeddings = model.get_output_embeddings(), model.get_input_embeddings()
     assert decoder.weight is not embeddings.weight
     with torch.no_grad():
@@ -231,7 +231,7 @@ def process_group(tmp_path_factory):
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_parameter_trains_under_ddp_without_find_unused(kind, fusion, head, process_group):
-    model = build(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS).train()
+    model = fusion_model(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS).train()
     assert getattr(model.base_model.backbone, "pooler", None) is None, "the pooler never gets a gradient"
     input_ids, attention_mask, labels = batch_for(model)
     loss_of(model, input_ids, attention_mask, labels).backward()
@@ -280,7 +280,7 @@ def test_checkpoints_with_pooler_weights_load_quietly(fusion, tmp_path, capfd):
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_gradient_checkpointing_same_gradients_and_trains(kind, fusion, head, reentrant):
-    model = build(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS).train()
+    model = fusion_model(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS).train()
     input_ids, attention_mask, labels = batch_for(model)
     loss_of(model, input_ids, attention_mask, labels).backward()
     expected = gradients(model)
@@ -314,7 +314,7 @@ def test_gradient_checkpointing_same_gradients_and_trains(kind, fusion, head, re
 @pytest.mark.parametrize("fusion", FUSIONS)
 @pytest.mark.parametrize("kind", KINDS)
 def test_from_pretrained_ignore_mismatched_sizes_new_label_count(kind, fusion, head, tmp_path):
-    model = build(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS)
+    model = fusion_model(head, kind=kind, fusion=fusion, num_labels=NUM_LABELS)
     perturb(model, seed=6, std=0.05)
     model.save_pretrained(tmp_path)
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
@@ -341,8 +341,8 @@ def test_from_pretrained_ignore_mismatched_sizes_new_label_count(kind, fusion, h
 def test_buffers_are_deterministic_and_restored_by_init_weights(kind, tmp_path):
     """Every buffer is the same whatever the seed, and `_init_weights` (what loading runs for a missing key)
     gives DWAtt's depth embeddings back bit for bit: U[0, 1) vectors, fixed."""
-    first = build(LayerFusionForTokenClassification, kind=kind, fusion="dwatt", seed=0, num_labels=2)
-    second = build(LayerFusionForTokenClassification, kind=kind, fusion="dwatt", seed=1, num_labels=2)
+    first = fusion_model(LayerFusionForTokenClassification, kind=kind, fusion="dwatt", seed=0, num_labels=2)
+    second = fusion_model(LayerFusionForTokenClassification, kind=kind, fusion="dwatt", seed=1, num_labels=2)
     buffers = dict(second.named_buffers())
     for name, buffer in first.named_buffers():
         assert torch.equal(buffer, buffers[name]), f"buffer {name} depends on the seed"
@@ -426,9 +426,9 @@ def test_from_pretrained_refuses_a_backbone_and_from_backbone_loads_it_once(kind
 def test_attn_implementation_reaches_the_backbone(kind, fusion, entry, tmp_path):
     config = LayerFusionConfig(backbone_config=tiny_backbone_config(kind), fusion=fusion, num_labels=NUM_LABELS)
     if entry == "from_pretrained":
-        build(LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=NUM_LABELS).save_pretrained(
-            tmp_path
-        )
+        fusion_model(
+            LayerFusionForTokenClassification, kind=kind, fusion=fusion, num_labels=NUM_LABELS
+        ).save_pretrained(tmp_path)
     elif entry == "from_backbone":
         torch.manual_seed(0)
         AutoModel.from_config(tiny_backbone_config(kind)).save_pretrained(tmp_path)

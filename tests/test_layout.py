@@ -108,3 +108,15 @@ def test_run_file_names_and_auto_classes_have_one_owner():
                     if alias.name.startswith("_") and not alias.name.startswith("__")
                 ]
     assert typed == [] and private == []
+
+
+def test_test_files_share_code_only_through_helpers():
+    """A test file imports no other test file (nor conftest): what several share lives in helpers.py."""
+    tests = Path(__file__).resolve().parent
+    found = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            found += [f"{path.name} imports {name}" for name in names if name.startswith(("test_", "conftest"))]
+    assert not found, "\n".join(found)

@@ -12,25 +12,21 @@ import torch
 import torch.nn.functional as F
 from helpers import (
     ARCHITECTURES,
+    AUTO,
+    NUM_LABELS,
     REF_DIMS,
     TASK_CLASSES,
     TINY,
     arch_id,
     assert_close,
-    build_model,
+    class_id,
     padded_batch,
+    task_inputs,
+    task_model,
+    task_outputs,
 )
 from reference_impl import bucket_index, naive_forward
-from transformers import (
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForMultipleChoice,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
 from transformers.loss.loss_utils import LOSS_MAPPING
-from transformers.utils import ModelOutput
 
 import elc_bert as elc_bert_package
 from elc_bert import (
@@ -43,46 +39,6 @@ from elc_bert import (
     ElcBertModel,
 )
 from elc_bert.models.modeling_elc_bert import relative_position_buckets
-
-NUM_LABELS = 3
-
-
-def class_id(cls):
-    return cls.__name__.replace("ElcBert", "")
-
-
-def task_model(model_class, arch=("elc", "base"), seed=0, **overrides):
-    extra = (
-        {"num_labels": NUM_LABELS}
-        if model_class in (ElcBertForSequenceClassification, ElcBertForTokenClassification)
-        else {}
-    )
-    return build_model(model_class, seed=seed, layer_combination=arch[0], elc_variant=arch[1], **extra, **overrides)
-
-
-def task_inputs(model_class, lengths=(11, 7, 4), num_choices=3, seed=0):
-    """Inputs for `model_class`: B x T, or B x C x T for multiple choice (one padded batch per choice)."""
-    if model_class is ElcBertForMultipleChoice:
-        ids, masks = [], []
-        for choice in range(num_choices):
-            shifted = [max(1, n - 2 * choice) for n in lengths]
-            i, m = padded_batch(shifted, seed=seed + choice)
-            pad = max(lengths) - i.shape[1]
-            ids.append(F.pad(i, (0, pad), value=3))
-            masks.append(F.pad(m, (0, pad), value=0))
-        return torch.stack(ids, 1), torch.stack(masks, 1)
-    return padded_batch(list(lengths), seed=seed)
-
-
-def main_outputs(model_class, output):
-    """The tensors a task model is for, each with batch first."""
-    assert isinstance(output, ModelOutput)
-    if model_class is ElcBertModel:
-        return [output.last_hidden_state]
-    if model_class is ElcBertForQuestionAnswering:
-        return [output.start_logits, output.end_logits]
-    return [output.logits]
-
 
 # ============================================================================== 2. numerics vs the naive reference
 NUMERIC_CASES = [
@@ -251,7 +207,7 @@ def test_padded_batch_equals_each_sequence_alone(model_class, arch):
     model = task_model(model_class, arch)
     input_ids, attention_mask = task_inputs(model_class)
     with torch.no_grad():
-        batched = main_outputs(model_class, model(input_ids, attention_mask=attention_mask))
+        batched = task_outputs(model_class, model(input_ids, attention_mask=attention_mask))
         for row in range(input_ids.shape[0]):
             if model_class is ElcBertForMultipleChoice:
                 for choice in range(input_ids.shape[1]):
@@ -260,7 +216,7 @@ def test_padded_batch_equals_each_sequence_alone(model_class, arch):
                     assert_close(batched[0][row, choice], alone[0, 0], what=f"row {row} choice {choice}")
                 continue
             n = int(attention_mask[row].sum())
-            alone = main_outputs(model_class, model(input_ids[row : row + 1, :n]))
+            alone = task_outputs(model_class, model(input_ids[row : row + 1, :n]))
             for ours, single in zip(batched, alone, strict=True):
                 if model_class is ElcBertForSequenceClassification:
                     assert_close(ours[row], single[0], what=f"row {row}")
@@ -493,16 +449,6 @@ def test_fully_padded_row_float32(arch, implementation):
 
 
 # ============================================================================== 10. Auto classes round trip
-AUTO = {
-    ElcBertModel: AutoModel,
-    ElcBertForMaskedLM: AutoModelForMaskedLM,
-    ElcBertForSequenceClassification: AutoModelForSequenceClassification,
-    ElcBertForTokenClassification: AutoModelForTokenClassification,
-    ElcBertForMultipleChoice: AutoModelForMultipleChoice,
-    ElcBertForQuestionAnswering: AutoModelForQuestionAnswering,
-}
-
-
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "weighted_output")], ids=arch_id)
 @pytest.mark.parametrize("model_class", TASK_CLASSES, ids=class_id)
 def test_auto_round_trip(tmp_path, model_class, arch):
@@ -520,8 +466,8 @@ def test_auto_round_trip(tmp_path, model_class, arch):
     for key, tensor in original_state.items():
         assert torch.equal(loaded_state[key], tensor), key
     with torch.no_grad():
-        expected = main_outputs(model_class, model(input_ids, attention_mask=attention_mask))
-        actual = main_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
+        expected = task_outputs(model_class, model(input_ids, attention_mask=attention_mask))
+        actual = task_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
     # Not torch.equal: the loaded tensors live in memory-mapped safetensors storage with a different alignment, and
     # CPU BLAS kernels may then round the last bit differently (seen: 6e-8). Identical weights are checked above.
     for a, e in zip(actual, expected, strict=True):
@@ -534,10 +480,10 @@ def test_token_type_ids_accepted_and_ignored(model_class):
     input_ids, attention_mask = task_inputs(model_class)
     token_type_ids = torch.randint(0, 2, input_ids.shape, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        with_types = main_outputs(
+        with_types = task_outputs(
             model_class, model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         )
-        without = main_outputs(model_class, model(input_ids=input_ids, attention_mask=attention_mask))
+        without = task_outputs(model_class, model(input_ids=input_ids, attention_mask=attention_mask))
     for a, b in zip(with_types, without, strict=True):
         assert torch.equal(a, b)
 
