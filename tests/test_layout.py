@@ -1,7 +1,7 @@
-"""The package's imports point one way (README "Layout"): cli -> the job layers (training, evaluation, analysis, hub)
--> the shared layer (job_configs, models, data, runs, plots, scoring, ...); models import nothing else of the package,
-and no job layer imports another. A name the package shares (a run's file names, the Auto classes, the fusion kinds)
-has one owner."""
+"""The package's imports point one way (docs/development.md, "Layout"): cli -> the job layers (training, evaluation,
+analysis, hub) -> the shared layer (job_configs, models, data, runs, plots, scoring, ...); models import nothing else of
+the package, and no job layer imports another. A name the package shares (a run's file names, the Auto classes, the
+fusion kinds) has one owner."""
 
 import ast
 import re

@@ -160,7 +160,7 @@ def test_longer_than_max_position_differs_from_the_official_rebuild_as_documente
     """Past `max_position_embeddings` (M) we follow the spec and clamp distances at M - 1, for every checkpoint. The
     official ELC `base`/`normalized` code instead rebuilds its bucket table with M = T for a longer input, which moves
     the logarithmic buckets (the official HF copies crash there). This pins the documented difference: equal to the
-    clamped naive reference, and measurably off the rebuilt one (README, "Inputs longer than M")."""
+    clamped naive reference, and measurably off the rebuilt one (docs/models/elc-bert.md, "Inputs longer than M")."""
     max_position = 24
     folder, sd = reference_checkpoint(elc=True, seed=6, max_position_embeddings=max_position, num_layers=2)
     model = ElcBertForMaskedLM.from_pretrained(folder, elc_variant=variant)
