@@ -1,4 +1,5 @@
-"""Means over trials, their 95% t-intervals, and how result tables and cards show them."""
+"""95% intervals of our results and how tables and cards show them: Student-t over trials, Wilson score over the items
+of one accuracy."""
 
 import math
 import statistics
@@ -21,3 +22,18 @@ def mean_and_interval(mean: float, half_width: float | None) -> str:
     if half_width is None:
         return f"{100 * mean:.1f} (one trial, no interval)"
     return f"{100 * mean:.1f} +- {100 * half_width:.1f}"
+
+
+def wilson_interval(correct: int, total: int) -> tuple[float, float]:
+    """The two-sided 95% Wilson score interval (low, high) of an accuracy of `correct` right out of `total` items
+    (`scipy.stats.binomtest(...).proportion_ci(method="wilson")`), as fractions. Unlike the normal approximation it
+    stays inside [0, 1] and is not empty at 0 or `total` right."""
+    if not 0 <= correct <= total or total < 1:
+        raise ValueError(f"need 0 <= correct <= total and total >= 1, got {correct} of {total}")
+    interval = stats.binomtest(correct, total).proportion_ci(confidence_level=0.95, method="wilson")
+    return float(interval.low), float(interval.high)
+
+
+def percent_interval(low: float, high: float) -> str:
+    """A fraction's 95% interval in percent, as tables print an asymmetric one: "[52.9, 97.8]"."""
+    return f"[{100 * low:.1f}, {100 * high:.1f}]"

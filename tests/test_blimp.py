@@ -13,6 +13,7 @@ from helpers import TOY_SENTENCES, BigramMaskedLM, naive_causal_ll, save_encoder
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.cli import main
 from elc_bert.evaluation.blimp import evaluate_blimp, load_minimal_pairs
+from elc_bert.intervals import wilson_interval
 from elc_bert.pretrained import is_causal_lm
 from elc_bert.scoring import pseudo_log_likelihoods
 
@@ -81,23 +82,67 @@ def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
         {"morphology": (0.75 + 1.0) / 2, "syntax": 1 / 3, "turn_taking": 1.0}  # supplement files: set = field
     )
     assert results["field_counts"]["morphology"] == {
-        "accuracy": pytest.approx(0.875),
+        "accuracy": pytest.approx(0.875),  # the mean over its two sets
         "sets": 2,
         "correct": 5,
         "total": 6,
+        "pooled": pytest.approx(5 / 6),
+        "wilson95": pytest.approx(list(wilson_interval(5, 6))),
     }
     assert results["overall"] == pytest.approx((0.75 + 1.0 + 1 / 3 + 1.0) / 4)
     assert results["overall_pairs"] == pytest.approx((3 + 2 + 1 + 2) / 11)
     assert (results["correct"], results["total"], results["num_sets"]) == (8, 11, 4)
     on_disk = json.loads((tmp_path / "out" / "toy.json").read_text())
     assert on_disk["overall"] == pytest.approx(results["overall"])
-    assert "| morphology | 2 | 6 | 87.5 |" in (tmp_path / "out" / "toy.md").read_text()
+    assert on_disk == json.loads(json.dumps(results))  # the intervals too
+    report = (tmp_path / "out" / "toy.md").read_text()
+    assert "| morphology | 2 | 6 | 87.5 | 83.3 | [43.6, 97.0] |" in report
+    assert "| agr_a | morphology | term_morphology | 4 | 75.0 | [30.1, 95.4] |" in report
+    assert "pooled over 11 pairs: 72.7% [43.4, 90.3]" in report and "ties, counted right: 1" in report
     assert (tmp_path / "out" / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # 95% Wilson intervals of every accuracy over pairs: each set's, each field's and term's pairs pooled, all pairs.
+    for row in results["sets"].values():
+        assert row["wilson95"] == pytest.approx(list(wilson_interval(row["correct"], row["total"])))
+    for group in [*results["field_counts"].values(), *results["term_counts"].values()]:
+        assert group["pooled"] == pytest.approx(group["correct"] / group["total"])
+        assert group["wilson95"] == pytest.approx(list(wilson_interval(group["correct"], group["total"])))
+    assert results["overall_pairs_wilson95"] == pytest.approx(list(wilson_interval(8, 11)))
 
     capped = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", max_pairs_per_set=1, progress=False)
     assert capped["total"] == 4 and capped["sets"]["agr_a"]["total"] == 1
     single = evaluate_blimp(model, toy_tokenizer, tmp_path / "data" / "agr_b.jsonl.gz", progress=False)
     assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(1.0)
+
+
+def test_field_chart_shows_pooled_accuracies_with_their_wilson_intervals(monkeypatch, tmp_path):
+    """The per-field PNG: bars at the mean over sets, and on each a point at the pooled accuracy (%) with its 95%
+    Wilson interval as error bar, read back from the drawn artists."""
+    from matplotlib.container import BarContainer, ErrorbarContainer
+
+    import elc_bert.evaluation.blimp as blimp
+
+    sets = {
+        "a": [pair("x", "y", field="morphology")] * 4,
+        "b": [pair("x", "y", field="morphology")] * 2,
+        "c": [pair("x", "y", field="syntax")] * 5,
+    }
+    good = {"a": [0.0, 0.0, 0.0, -1.0], "b": [0.0, 0.0], "c": [0.0, -1.0, -1.0, -1.0, -1.0]}
+    bad = {name: [-0.5] * len(pairs) for name, pairs in sets.items()}
+    results = {"name": "toy", "method": "m", **blimp.summarise(sets, good, bad)}
+    drawn = []
+    monkeypatch.setattr(blimp.plots, "save", lambda figure, path: drawn.append(figure))
+    blimp._bar_chart(results, tmp_path / "toy.png")
+    [axes] = drawn[0].axes
+    [bars] = [c for c in axes.containers if isinstance(c, BarContainer)]
+    [errors] = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
+    assert [bar.get_height() for bar in bars] == pytest.approx([100 * (0.75 + 1.0) / 2, 20.0])
+    assert list(errors.lines[0].get_ydata()) == pytest.approx([100 * 5 / 6, 20.0])
+    segments = errors.lines[2][0].get_segments()
+    expected = [wilson_interval(5, 6), wilson_interval(1, 5)]
+    ends = [end for segment in segments for end in (segment[0][1], segment[1][1])]
+    assert ends == pytest.approx([100 * end for interval in expected for end in interval])
+    assert "Wilson" in errors.get_label() and "mean over sets" in bars.get_label()
 
 
 def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path, monkeypatch, caplog, capsys):

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import plots
 from ..data.jsonl import read_jsonl
+from ..intervals import percent_interval, wilson_interval
 from ..models.errors import InputError, InputNotFoundError
 from ..pretrained import is_causal_lm
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
@@ -87,17 +88,38 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def _group(per_set: dict[str, dict], names: list[str]) -> dict:
+    """A field's or term's sets together: the mean of their accuracies, and their pairs pooled with its interval."""
+    correct = sum(per_set[name]["correct"] for name in names)
+    total = sum(per_set[name]["total"] for name in names)
+    return {
+        "accuracy": _mean([per_set[name]["accuracy"] for name in names]),
+        "sets": len(names),
+        "correct": correct,
+        "total": total,
+        "pooled": correct / total,
+        "wilson95": list(wilson_interval(correct, total)),
+    }
+
+
 def summarise(sets: dict[str, list[dict]], good: dict[str, list[float]], bad: dict[str, list[float]]) -> dict:
     """Accuracy per set, per linguistic field and term (mean over their sets) and overall (mean over sets, as BabyLM
     reports BLiMP; `overall_pairs` pools the pairs). A pair is right when the good sentence is the one chosen
     (`babylm.chosen`: a tie counts as right, as the official BabyLM pipeline decides; `ties` counts them). Files
-    without a `field` (the BabyLM supplement) are their own field; `FIELD_ALIASES` merges spellings of one field."""
+    without a `field` (the BabyLM supplement) are their own field; `FIELD_ALIASES` merges spellings of one field.
+
+    Intervals: each set's accuracy, and each pooled accuracy (correct / total of a field's, term's or all pairs:
+    `pooled`, `overall_pairs`), has its 95% Wilson score interval as [low, high] fractions (`wilson95`,
+    `overall_pairs_wilson95`). The means over sets (`overall`, `fields`, `terms`, a group's `accuracy`) have none:
+    they weigh every set alike whatever its number of pairs, so a binomial interval over pairs is not theirs (with
+    equal-sized sets, as in BLiMP, mean and pooled accuracy are the same number)."""
     per_set = {}
     for name, pairs in sets.items():
         correct = sum(chosen([g, b]) == 0 for g, b in zip(good[name], bad[name]))
         field = str(pairs[0].get("field") or name)
         per_set[name] = {
             "accuracy": correct / len(pairs),
+            "wilson95": list(wilson_interval(correct, len(pairs))),
             "correct": correct,
             "total": len(pairs),
             "ties": sum(g == b for g, b in zip(good[name], bad[name])),
@@ -109,20 +131,13 @@ def summarise(sets: dict[str, list[dict]], good: dict[str, list[float]], bad: di
         grouped = {}
         for name, row in per_set.items():
             grouped.setdefault(row[key], []).append(name)
-        groups[key] = {
-            group: {
-                "accuracy": _mean([per_set[name]["accuracy"] for name in names]),
-                "sets": len(names),
-                "correct": sum(per_set[name]["correct"] for name in names),
-                "total": sum(per_set[name]["total"] for name in names),
-            }
-            for group, names in sorted(grouped.items())
-        }
+        groups[key] = {group: _group(per_set, names) for group, names in sorted(grouped.items())}
     correct = sum(row["correct"] for row in per_set.values())
     total = sum(row["total"] for row in per_set.values())
     return {
         "overall": _mean([row["accuracy"] for row in per_set.values()]),
         "overall_pairs": correct / total,
+        "overall_pairs_wilson95": list(wilson_interval(correct, total)),
         "correct": correct,
         "total": total,
         "ties": sum(row["ties"] for row in per_set.values()),
@@ -141,30 +156,58 @@ def _markdown(results: dict) -> str:
         "",
         f"Model `{results['model']}`. Overall accuracy (mean over {results['num_sets']} sets): "
         f"**{100 * results['overall']:.1f}%**; pooled over {results['total']} pairs: "
-        f"{100 * results['overall_pairs']:.1f}% (chance 50%; ties, counted wrong: {results['ties']}).",
+        f"{100 * results['overall_pairs']:.1f}% {percent_interval(*results['overall_pairs_wilson95'])} "
+        f"(chance 50%; ties, counted right: {results['ties']}).",
         "",
-        "| field | sets | pairs | accuracy (%) |",
-        "|---|---:|---:|---:|",
+        "Intervals: 95% Wilson score intervals over the pairs of a set, or of a field's pairs pooled. A mean over sets"
+        " has none (it weighs sets alike, not pairs).",
+        "",
+        "| field | sets | pairs | accuracy (%, mean over sets) | pooled accuracy (%) | 95% Wilson interval of pooled |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for field, row in results["field_counts"].items():
-        lines.append(f"| {field} | {row['sets']} | {row['total']} | {100 * row['accuracy']:.1f} |")
-    lines += ["", "| set | field | term | pairs | accuracy (%) |", "|---|---|---|---:|---:|"]
+        lines.append(
+            f"| {field} | {row['sets']} | {row['total']} | {100 * row['accuracy']:.1f} | {100 * row['pooled']:.1f} "
+            f"| {percent_interval(*row['wilson95'])} |"
+        )
+    lines += [
+        "",
+        "| set | field | term | pairs | accuracy (%) | 95% Wilson interval |",
+        "|---|---|---|---:|---:|---:|",
+    ]
     for name, row in results["sets"].items():
         lines.append(
-            f"| {name} | {row['field']} | {row['linguistics_term']} | {row['total']} | {100 * row['accuracy']:.1f} |"
+            f"| {name} | {row['field']} | {row['linguistics_term']} | {row['total']} | {100 * row['accuracy']:.1f} "
+            f"| {percent_interval(*row['wilson95'])} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def _bar_chart(results: dict, path: Path):
+    """Per field, a bar at the mean over its sets and, on it, a point at its pairs' pooled accuracy with that
+    accuracy's 95% Wilson interval as error bar (the interval belongs to the pooled accuracy, not to the mean)."""
     fields = list(results["fields"])
     values = [100 * results["fields"][field] for field in fields]
+    groups = [results["field_counts"][field] for field in fields]
+    pooled = [100 * group["pooled"] for group in groups]
+    below = [point - 100 * group["wilson95"][0] for point, group in zip(pooled, groups)]
+    above = [100 * group["wilson95"][1] - point for point, group in zip(pooled, groups)]
     figure = plots.new_figure(max(4.0, 0.9 * len(fields) + 2), 4)
     axes = figure.subplots()
-    axes.bar(range(len(fields)), values, color="tab:blue")
+    axes.bar(range(len(fields)), values, color="tab:blue", label="mean over sets")
+    axes.errorbar(
+        range(len(fields)),
+        pooled,
+        yerr=[below, above],
+        fmt="o",
+        color="black",
+        markersize=4,
+        capsize=3,
+        label="pooled over pairs, 95% Wilson interval",
+    )
     axes.axhline(100 * CHANCE, color="grey", linestyle="--", linewidth=1, label="chance")
     overall = 100 * results["overall"]
-    axes.axhline(overall, color="tab:red", linewidth=1, label=f"overall {overall:.1f}")
+    axes.axhline(overall, color="tab:red", linewidth=1, label=f"overall {overall:.1f} (mean over sets)")
     axes.set_xticks(range(len(fields)), fields, rotation=30, ha="right")
     axes.set_ylim(0, 100)
     axes.set_ylabel("accuracy (%)")
