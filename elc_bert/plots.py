@@ -1,6 +1,7 @@
 """PNG plots of the package's results. One owner for each figure that several parts draw: training curves
 (`plot_curves`), ELC-BERT's layer weights alpha (`plot_layer_weights`) and DWAtt's depth profile
-(`plot_depth_profile`); `new_figure` and `save` for the figures that one module alone draws.
+(`plot_depth_profile`), means with their intervals against a count (`plot_means_against_counts`); `new_figure` and
+`save` for the figures that one module alone draws.
 
 Figures are `matplotlib.figure.Figure` objects written with their own `savefig`: matplotlib is imported only when a
 plot is drawn, pyplot keeps no state of ours (no figure to close) and the backend of the program that imports the
@@ -36,6 +37,43 @@ def plot_curves(path: str | Path, curves: dict[str, tuple[list, list]], xlabel: 
     axes.set_title(title)
     axes.grid(alpha=0.3)
     if len(curves) > 1:
+        axes.legend()
+    save(figure, path)
+
+
+def plot_means_against_counts(
+    path: str | Path,
+    series: dict[str, tuple[list[int], list[float], list[float | None]]],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    ylim: tuple[float, float] | None = None,
+) -> None:
+    """One line per named series of (counts, means, half-widths) at `path`, each half-width an error bar of the mean
+    (None: no interval, e.g. one trial, and no bar); `ylim` fixes the y range (e.g. 0 to 100 for a %). The x axis is
+    logarithmic with a tick at each count, labelled with it as an integer, so that counts spread over decades (N = 8,
+    32, 128) are evenly spaced and a single count is one point with its bar and its label."""
+    figure = new_figure(6, 4)
+    axes = figure.subplots()
+    axes.set_xscale("log")
+    counts = sorted({count for xs, _, _ in series.values() for count in xs})
+    for name, (xs, means, half_widths) in series.items():
+        (line,) = axes.plot(xs, means, marker="o", label=name)
+        bars = [(x, mean, half) for x, mean, half in zip(xs, means, half_widths) if half is not None]
+        if bars:
+            x, mean, half = zip(*bars)
+            axes.errorbar(x, mean, yerr=half, fmt="none", ecolor=line.get_color(), capsize=4)
+    axes.minorticks_off()
+    axes.set_xticks(counts, [str(count) for count in counts])
+    if counts:  # a margin of a third of a decade past each end: a single count would otherwise have no width
+        axes.set_xlim(min(counts) / 10 ** (1 / 3), max(counts) * 10 ** (1 / 3))
+    if ylim is not None:
+        axes.set_ylim(*ylim)
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    if len(series) > 1:
         axes.legend()
     save(figure, path)
 

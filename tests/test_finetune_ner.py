@@ -331,6 +331,67 @@ def test_truncated_sentences_are_reported(tmp_path):
     )
 
 
+def _f1_vs_n_axes(tmp_path, monkeypatch, dev_f1: dict[int, list[float]]):
+    """Writes a finished trial's result.json per value of `dev_f1`, runs `write_results` and returns the axes of the
+    F1-vs-N figure it drew (caught on its way to `plots.save`; the PNG is not written)."""
+    from elc_bert import plots
+    from elc_bert.training.finetune_ner import write_results
+
+    trials = max(len(values) for values in dev_f1.values())
+    config = FinetuneNerConfig(output_dir=str(tmp_path), model="m", data_dir="d", shots=list(dev_f1), trials=trials)
+    for shots, values in dev_f1.items():
+        for trial, value in enumerate(values):
+            (tmp_path / f"n{shots}" / f"trial{trial}").mkdir(parents=True)
+            result = {"shots": shots, "trial": trial, "best_dev_f1": value, "dev_f1_per_epoch": [value]}
+            (tmp_path / f"n{shots}" / f"trial{trial}" / "result.json").write_text(json.dumps(result))
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda figure, path: drawn.append((figure, Path(path).name)))
+    write_results(config)
+    [(figure, name)] = drawn
+    assert name == "f1_vs_n.png"
+    [axes] = figure.axes
+    return axes
+
+
+def test_f1_vs_n_plot_is_in_percent_with_t_intervals_at_the_n_values(tmp_path, monkeypatch):
+    """The F1-vs-N figure: F1 in % as in the tables, the 95% t-interval of each N as its error bar, and the x axis
+    the values of N themselves (log scale, a tick labelled with each N, no other)."""
+    from matplotlib.container import ErrorbarContainer
+
+    from elc_bert.intervals import confidence_interval
+
+    dev_f1 = {8: [0.40, 0.50, 0.45], 32: [0.60, 0.62, 0.70], 128: [0.80, 0.81, 0.79]}
+    axes = _f1_vs_n_axes(tmp_path, monkeypatch, dev_f1)
+    [line] = [line for line in axes.get_lines() if not line.get_label().startswith("_")]  # not the error bars' caps
+    assert list(line.get_xdata()) == [8, 32, 128]
+    assert list(line.get_ydata()) == pytest.approx([100 * sum(v) / 3 for v in dev_f1.values()])
+    [errors] = [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
+    ends = [end for segment in errors.lines[2][0].get_segments() for end in (segment[0][1], segment[1][1])]
+    expected = []
+    for values in dev_f1.values():
+        mean, half = confidence_interval(values)
+        expected += [100 * (mean - half), 100 * (mean + half)]
+    assert ends == pytest.approx(expected)
+    assert axes.get_xscale() == "log" and list(axes.get_xticks()) == [8, 32, 128]
+    assert [label.get_text() for label in axes.get_xticklabels()] == ["8", "32", "128"]
+    assert axes.get_ylim() == (0, 100) and "%" in axes.get_ylabel()
+
+
+def test_f1_vs_n_plot_of_a_single_n_and_trial_is_a_labelled_point(tmp_path, monkeypatch):
+    """One N with one trial: a point at its F1 in %, no error bar (one trial has no interval), its tick labelled N and
+    an x range around it, not a dot on a fractional axis."""
+    from matplotlib.container import ErrorbarContainer
+
+    axes = _f1_vs_n_axes(tmp_path, monkeypatch, {16: [0.25]})
+    [line] = [line for line in axes.get_lines() if not line.get_label().startswith("_")]  # not the error bars' caps
+    assert list(line.get_xdata()) == [16] and list(line.get_ydata()) == pytest.approx([25.0])
+    assert not [c for c in axes.containers if isinstance(c, ErrorbarContainer)]
+    assert list(axes.get_xticks()) == [16] and [label.get_text() for label in axes.get_xticklabels()] == ["16"]
+    low, high = axes.get_xlim()
+    assert low < 16 < high and high / low > 2
+    assert "1 trial per N (one: no interval)" in axes.get_title()
+
+
 def test_short_max_length_run_scores_whole_sentences(tmp_path, caplog):
     """finetune-ner with sentences longer than max_length: the counts of cut dev and test sentences are logged and
     in results.json, and the test recall counts the entities past the cut as missed."""

@@ -35,6 +35,7 @@ out = Path(sys.argv[1])
 plots.plot_curves(out / "curves.png", {"train": ([1, 2, 3], [3.0, 2.0, 1.5])}, "step", "loss", "a run")
 plots.plot_layer_weights(out / "alpha.png", {"a run": [[1.0, 0.0], [0.3, 0.7]]})
 plots.plot_depth_profile(out / "depth.png", {"N=8": [0.1, 0.2, 0.7]})
+plots.plot_means_against_counts(out / "means.png", {"a": ([8, 32], [40.0, 60.0], [5.0, None])}, "N", "F1 (%)", "t")
 bar_chart(build_scorecard(out), out / "scorecard.png")
 assert matplotlib.get_backend() == "svg", f"drawing switched the backend to {matplotlib.get_backend()}"
 assert "matplotlib.pyplot" not in sys.modules, "a plot went through pyplot"
@@ -56,7 +57,7 @@ def test_importing_the_package_and_drawing_leave_the_backend_alone(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert int(done.stdout.split("modules:")[1]) > 20  # every module was imported, not just the package
-    for name in ("curves.png", "alpha.png", "depth.png", "scorecard.png"):
+    for name in ("curves.png", "alpha.png", "depth.png", "means.png", "scorecard.png"):
         assert (tmp_path / name).stat().st_size > 1000, name
 
 

@@ -38,7 +38,7 @@ from ..job_configs import FinetuneNerConfig, save_config
 from ..models import FUSIONS, LayerFusionForTokenClassification
 from ..models.errors import InputError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
-from ..plots import plot_curves
+from ..plots import plot_curves, plot_means_against_counts
 from ..pretrained import find_tokenizer, resolve_model
 from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 
@@ -425,10 +425,21 @@ def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> d
     (output_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2))
     (output_dir / runs.RESULTS_TABLE).write_text(results_table(config, summary) + "\n")
     shots = [n for n in config.shots if f"n{n}" in summary]
-    means = [summary[f"n{n}"]["mean"] for n in shots]
+    means = [100 * summary[f"n{n}"]["mean"] for n in shots]  # in %, as the tables
+    half_widths = [None if summary[f"n{n}"]["ci95"] is None else 100 * summary[f"n{n}"]["ci95"] for n in shots]
+    trials = sorted({len(summary[f"n{n}"]["best_dev_f1"]) for n in shots}) or [0]
+    counted = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
+    counted += " trial per N" if trials == [1] else " trials per N"
     mode = "FE" if config.freeze_backbone else "FT"
     mode += f", {describe_lora(config.lora)}" if config.lora is not None else ""
-    plot_curves(output_dir / runs.F1_VS_N_PLOT, {config.fusion or "plain": (shots, means)}, "N", "best dev F1", mode)
+    plot_means_against_counts(
+        output_dir / runs.F1_VS_N_PLOT,
+        {config.fusion or "plain": (shots, means, half_widths)},
+        "N (log scale)",
+        "best dev F1 (%): mean +- 95% t-interval",
+        f"{config.fusion or 'plain'} ({mode}), {counted}" + (" (one: no interval)" if 1 in trials else ""),
+        ylim=(0, 100),
+    )
     return summary
 
 
