@@ -12,13 +12,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
-from datasets.exceptions import DatasetGenerationError
-from datasets.fingerprint import Hasher
-
+from ..extras import needs
 from ..models.errors import InputError
 from .pretraining import PACKINGS
 from .text import corpus_files, file_documents, read_lines, read_text
+
+with needs("data", "the pretraining corpus (elc_bert.data.corpus)"):
+    import datasets
+    from datasets.exceptions import DatasetGenerationError
+    from datasets.fingerprint import Hasher
 
 DOCUMENT_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
 SAMPLE_FEATURES = datasets.Features({"input_ids": datasets.List(datasets.Value("int32"))})

@@ -8,11 +8,14 @@ converted to the scheme asked for, with a warning naming the file.
 import logging
 from pathlib import Path
 
-import datasets
 import numpy as np
 
+from ..extras import needs
 from ..models.errors import InputError
 from .text import numbered_lines
+
+with needs("data", "NER data (elc_bert.data.ner)"):
+    import datasets
 
 CONLL03_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC"]
 WIKIANN_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]

@@ -29,7 +29,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -41,6 +40,7 @@ from transformers import (
 from .. import runs
 from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
 from ..data.tokenizer import load_tokenizer, save_tokenizer
+from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
 from ..job_configs import FinetuneGlueConfig, save_config
 from ..models.errors import InputNotFoundError
@@ -53,6 +53,9 @@ from .arguments import (
     training_arguments,
     writes_run_folder,
 )
+
+with needs("eval", "elc-bert finetune-glue"):
+    from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 logger = logging.getLogger(__name__)
 
@@ -273,6 +276,8 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     """Fine-tunes every task of `config.tasks` that has its files (a finished task's result.json is reused) and
     writes glue/results.json and glue/results.md; returns the summary (`results_table` shows it)."""
     import elc_bert  # noqa: F401  (registers ELC-BERT / LTG-BERT with the Auto classes)
+
+    require("data", "plots", what="elc-bert finetune-glue")
 
     glue_dir = runs.glue_dir(resolve_output_dir(config))
     runs.refuse_other_jobs(glue_dir, "finetune-glue")

@@ -8,7 +8,6 @@ import json
 import math
 from pathlib import Path
 
-import datasets
 import torch
 from transformers import (
     AutoModelForMaskedLM,
@@ -20,6 +19,7 @@ from transformers import (
 from .. import runs
 from ..data.text import read_lines
 from ..data.tokenizer import load_tokenizer
+from ..extras import needs, require
 from ..job_configs import MlmConfig, save_config
 from ..models import LayerFusionForMaskedLM
 from ..models.errors import InputError, InputNotFoundError
@@ -32,6 +32,9 @@ from .arguments import (
     training_arguments,
     writes_run_folder,
 )
+
+with needs("data", "elc-bert mlm"):
+    import datasets
 
 
 def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[str, list[str]]:
@@ -110,6 +113,7 @@ def perplexities(trainer: Trainer, test: datasets.Dataset, seed: int) -> dict:
 def mlm(config: MlmConfig) -> dict:
     """Fine-tunes (or resumes) the masked LM, keeps the checkpoint with the best validation loss and returns its
     validation and test perplexity (`perplexities`), also written to metrics.json with the eval_loss.png curve."""
+    require("plots", what="elc-bert mlm")
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "mlm")
     model_path = resolve_model(config.model)

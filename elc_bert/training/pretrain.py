@@ -5,9 +5,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
 import numpy as np
-import pyarrow.compute
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
@@ -16,6 +14,7 @@ from ..data.corpus import DatasetSource, document_dataset, packed_samples, strea
 from ..data.pretraining import SpanMaskingCollator, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from ..extras import needs, require
 from ..job_configs import PretrainConfig, save_config
 from ..models import ElcBertConfig, ElcBertForMaskedLM
 from ..models.errors import InputError
@@ -23,6 +22,10 @@ from ..models.loading import check_weights_loaded, load_pretrained
 from ..plots import plot_curves
 from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
+
+with needs("data", "elc-bert pretrain"):
+    import datasets
+    import pyarrow.compute
 
 
 def corpus(entries: list, data_dir: Path, split: str, cache_dir=None) -> datasets.Dataset:
@@ -418,6 +421,7 @@ def _save_run(trainer: Trainer, model, tokenizer, output_dir: Path, metrics: dic
 def pretrain(config: PretrainConfig) -> dict:
     """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
     the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
+    require("plots", what="elc-bert pretrain")  # its loss curve, drawn at the end
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "pretrain")
     _check_corpora(config)

@@ -1,0 +1,147 @@
+"""What `pip install elc_bert` gets: the wheel ships the package's data files, and installed with its base
+requirements alone (no extras) it loads, runs and saves the models, while a job that needs an extra says which.
+
+The base environment is a fresh virtualenv holding the wheel and exactly the distributions its base requirements
+pull in (taken from this environment, so the test needs no network): datasets, matplotlib, scikit-learn, scipy and
+seqeval are absent there.
+"""
+
+import importlib.metadata
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from helpers import REPO
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+EXTRA_MODULES = ("datasets", "matplotlib", "sklearn", "scipy", "seqeval", "peft")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (found,) = out.glob("elc_bert-*.whl")
+    return found
+
+
+def base_distributions(wheel: Path) -> set[str]:
+    """The distributions the wheel's base requirements (no extras) pull in, recursively, as installed here."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        lines = archive.read(metadata).decode().splitlines()
+    pending = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+    found = set()
+    while pending:
+        requirement = Requirement(pending.pop())
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
+            continue
+        name = canonicalize_name(requirement.name)
+        if name in found:
+            continue
+        found.add(name)
+        pending += importlib.metadata.distribution(name).requires or []
+    return found
+
+
+@pytest.fixture(scope="module")
+def base_env(wheel, tmp_path_factory) -> Path:
+    """A fresh virtualenv with the wheel and its base requirements only; returns its python."""
+    root = tmp_path_factory.mktemp("base-env")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    python = root / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    for name in base_distributions(wheel):
+        distribution = importlib.metadata.distribution(name)
+        entries = {Path(str(file)).parts[0] for file in distribution.files or [] if ".." not in Path(str(file)).parts}
+        for entry in entries:
+            source = Path(distribution.locate_file(entry))
+            if source.exists() and not (site / entry).exists():
+                (site / entry).symlink_to(source)
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    return python
+
+
+def test_the_wheel_ships_the_model_card_templates_and_named_configs(wheel):
+    """`pip install elc_bert` users export too, and run the shipped configs by name."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    templates = sorted(p.name for p in (REPO / "model_cards").glob("*.md"))
+    assert "model_card.md" in templates
+    assert all(f"elc_bert/hub/model_cards/{name}" in names for name in templates)
+    configs = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").glob("*/*.yaml"))
+    assert "ner/conll03_fewshot_dwatt.yaml" in configs
+    assert all(f"elc_bert/configs/{name}" in names for name in configs)
+    assert "elc_bert/py.typed" in names
+
+
+MODEL_ONLY = """
+import importlib.util, sys, tempfile
+import torch
+import elc_bert
+from transformers import AutoModel, AutoModelForMaskedLM
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, LayerFusionForTokenClassification
+
+assert [m for m in {extras!r} if importlib.util.find_spec(m) is not None] == [], "an extra is installed"
+torch.manual_seed(0)
+model = ElcBertForMaskedLM(ElcBertConfig.from_preset("tiny", vocab_size=64)).eval()
+ids = torch.randint(5, 64, (2, 9))
+with tempfile.TemporaryDirectory() as folder:
+    model.save_pretrained(folder)
+    loaded = AutoModelForMaskedLM.from_pretrained(folder).eval()
+    assert torch.equal(model(ids).logits, loaded(ids).logits)
+    assert type(AutoModel.from_pretrained(folder)).__name__ == "ElcBertModel"
+    fusion = LayerFusionForTokenClassification.from_backbone(folder, fusion="dwatt", num_labels=3)
+    assert fusion(ids).logits.shape == (2, 9, 3)
+try:
+    from elc_bert.training.pretrain import pretrain
+except ModuleNotFoundError as error:
+    assert isinstance(error, elc_bert.InputError) and 'elc_bert[data]' in str(error), error
+else:
+    raise AssertionError("the pretraining job imported without datasets")
+print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_the_base_install_loads_runs_and_saves_models_and_a_job_names_its_extra(base_env, tmp_path):
+    done = subprocess.run(
+        [str(base_env), "-c", MODEL_ONLY.format(extras=EXTRA_MODULES)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    # The command line says which extra a job needs, as an input error (exit 2), before any work.
+    job = subprocess.run(
+        [str(base_env.parent / "elc-bert"), "pretrain", "tiny", "data_dir=."],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert job.returncode == 2, job.stderr[-3000:]
+    assert 'pip install "elc_bert[data]"' in job.stderr and "datasets" in job.stderr
+    assert list(tmp_path.iterdir()) == []
