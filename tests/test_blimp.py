@@ -13,6 +13,7 @@ from helpers import TOY_SENTENCES, BigramMaskedLM, naive_causal_ll, save_encoder
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.cli import main
 from elc_bert.evaluation.blimp import evaluate_blimp, load_minimal_pairs
+from elc_bert.evaluation.scorecard import build_scorecard
 from elc_bert.intervals import wilson_interval
 from elc_bert.pretrained import is_causal_lm
 from elc_bert.scoring import pseudo_log_likelihoods
@@ -237,7 +238,7 @@ def test_malformed_lines_name_file_and_line(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------- CLI
-def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys):
+def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys, monkeypatch):
     torch.manual_seed(0)
     model = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer))))
     run = tmp_path / "run"
@@ -263,9 +264,17 @@ def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys):
     expected = pseudo_log_likelihoods(model.eval(), toy_tokenizer, TOY_SENTENCES[:2], progress=False)
     assert results["sets"]["first"]["accuracy"] == float(expected[0] > expected[1])
 
-    main(["eval-blimp", str(run), "--data", str(data / "second.jsonl.gz"), "--max-pairs-per-set", "2"])
-    default = json.loads((run / "eval" / "second.json").read_text())
-    assert default["total"] == 2
+    # Without --out: outputs/eval-blimp/<the model's folder name> in the working folder, never in the model's folder;
+    # the scorecard of the run finds it there.
+    monkeypatch.chdir(tmp_path)
+    before = sorted(run.rglob("*"))
+    main(["eval-blimp", "run/", "--data", str(data / "second.jsonl.gz"), "--max-pairs-per-set", "2", "--name", "blimp"])
+    default = json.loads((tmp_path / "outputs" / "eval-blimp" / "run" / "blimp.json").read_text())
+    assert default["total"] == 2 and sorted(run.rglob("*")) == before
+    assert "report in outputs/eval-blimp/run/blimp.md" in capsys.readouterr().out
+    card = build_scorecard(run)
+    assert card["sources"]["blimp"] == str(Path("outputs/eval-blimp/run/blimp.json"))
+    assert card["ours"]["blimp"] == pytest.approx(100 * default["overall"])
 
 
 def test_cli_reports_a_malformed_data_file_before_loading_the_model(tmp_path, capsys):

@@ -87,7 +87,7 @@ def test_empty_run_and_the_eval_folder_and_bad_files(tmp_path, capsys):
     assert [ours[key] for key in ("blimp", "glue", "msgs", "aggregate", "partial_aggregate")] == [None] * 5
     main(["scorecard", str(empty)])
     assert "| n/a | n/a | n/a | n/a | n/a |" in capsys.readouterr().out
-    # `elc-bert eval-blimp` writes to MODEL/eval/ by default: found there too.
+    # `elc-bert eval-blimp` wrote to MODEL/eval/ by default before: found there too (older runs).
     write(tmp_path / "other" / "eval" / "blimp.json", {"overall": 0.5})
     assert build_scorecard(tmp_path / "other")["ours"]["blimp"] == pytest.approx(50.0)
     write(tmp_path / "bad" / "blimp.json", {"overall": 78.0})  # a percentage where a fraction belongs
@@ -98,3 +98,28 @@ def test_empty_run_and_the_eval_folder_and_bad_files(tmp_path, capsys):
         build_scorecard(tmp_path / "bad2")
     with pytest.raises(FileNotFoundError, match="run directory not found"):
         build_scorecard(tmp_path / "nowhere")
+
+
+def test_blimp_results_in_eval_blimps_default_folder_are_read_and_named(tmp_path, monkeypatch, capsys):
+    """`elc-bert eval-blimp RUN` writes to outputs/eval-blimp/<RUN's folder name>/ (in the working folder): the
+    scorecard reads BLiMP and the supplement there after RUN and RUN/eval/, only when the file records RUN as its
+    model (another run of the same name shares the folder), and says which file it read and which it passed over."""
+    monkeypatch.chdir(tmp_path)
+    run = make_run(tmp_path / "experiments" / "elc" / "seed42", blimp=None, supplement=None)
+    shared = tmp_path / "outputs" / "eval-blimp" / "seed42"
+    write(shared / "blimp_filtered.json", {"overall": 0.61, "model": "experiments/elc/seed42"})  # relative, as typed
+    write(shared / "supplement_filtered.json", {"overall": 0.55, "model": str(tmp_path / "experiments/ltg/seed42")})
+    card = build_scorecard(run)
+    assert card["ours"]["blimp"] == pytest.approx(61.0) and card["ours"]["supplement"] is None
+    assert card["sources"]["blimp"] == str(Path("outputs/eval-blimp/seed42/blimp_filtered.json"))
+    [passed_over] = card["passed_over"]
+    assert "supplement_filtered.json" in passed_over and "ltg/seed42" in passed_over
+    main(["scorecard", str(run)])
+    table = capsys.readouterr().out
+    assert "- BLiMP: `outputs/eval-blimp/seed42/blimp_filtered.json`" in table
+    assert "- Supplement: none found" in table and "- MSGS: `" in table
+    assert f"- GLUE: `{run / 'glue' / '<task>' / 'result.json'}`" in table
+    assert "Passed over, another model's: `outputs/eval-blimp/seed42/supplement_filtered.json`" in table
+    # The run's own file comes first.
+    write(run / "blimp.json", {"overall": 0.7})
+    assert build_scorecard(run)["ours"]["blimp"] == pytest.approx(70.0)

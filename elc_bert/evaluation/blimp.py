@@ -27,6 +27,7 @@ logger = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl.gz", ".jsonl")
 CHANCE = 0.5
+OUTPUTS = Path("outputs") / "eval-blimp"  # eval-blimp's default output folder, relative to the working folder
 # BLiMP spells one field two ways (principle_A_c_command.jsonl says "syntax/semantics", the other binding, control /
 # raising and NPI files "syntax_semantics"); the paper has a single syntax-semantics field.
 FIELD_ALIASES = {"syntax/semantics": "syntax_semantics"}
@@ -75,6 +76,14 @@ def load_minimal_pairs(data: str | Path) -> dict[str, list[dict]]:
     if not sets:
         raise InputNotFoundError(f"{data}: no .jsonl or .jsonl.gz files in this folder")
     return sets
+
+
+def default_out_dir(model: str | Path) -> Path:
+    """Where `elc-bert eval-blimp MODEL` writes without --out: `outputs/eval-blimp/<name>` in the working folder, never
+    inside the model's own folder (a run, the Hub cache, an installed package). <name> is a local folder's name, else
+    the Hub name or alias with / as __."""
+    folder = Path(model).expanduser()
+    return OUTPUTS / (folder.resolve().name if folder.is_dir() else str(model).replace("/", "__"))
 
 
 def report_name(data: str | Path) -> str:

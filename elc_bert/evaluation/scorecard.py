@@ -13,10 +13,14 @@ Missing parts: the aggregate is given only when BLiMP, MSGS and all 11 GLUE entr
 parts present (e.g. (0.5 BLiMP + 0.3 GLUE) / 0.8 without MSGS), GLUE averaged over the entries present. It is not
 comparable to the paper's aggregate.
 
-Inputs (each optional): `RUN_DIR/blimp.json` and `RUN_DIR/supplement.json` (written by `evaluate_blimp(...,
-out_dir=RUN_DIR, name="blimp")` / `name="supplement"`; `RUN_DIR/eval/` and the data-folder names blimp_filtered /
-supplement_filtered are searched too), `RUN_DIR/glue/<task>/result.json` (`elc-bert finetune-glue`) and
-`RUN_DIR/msgs.json`. Outputs: `RUN_DIR/scorecard.json`, `scorecard.md` and `scorecard.png`; all scores in %.
+Inputs (each optional): `blimp.json` and `supplement.json` (`elc-bert eval-blimp RUN_DIR --name blimp` / `--name
+supplement`; the data-folder names blimp_filtered.json / supplement_filtered.json too) and `msgs.json`, looked for in
+RUN_DIR, then RUN_DIR/eval/ (where eval-blimp wrote before), then eval-blimp's default output folder for the run,
+`outputs/eval-blimp/<RUN_DIR's folder name>/` in the working folder (`blimp.default_out_dir`); the first found is
+read. That shared folder may hold another run of the same name: a file there is read only when the model it records
+is RUN_DIR itself, else it is passed over and the scorecard says so. GLUE: `RUN_DIR/glue/<task>/result.json`
+(`elc-bert finetune-glue`). Outputs: `RUN_DIR/scorecard.json`, `scorecard.md` (which names every file read) and
+`scorecard.png`; all scores in %.
 """
 
 import json
@@ -26,6 +30,7 @@ from pathlib import Path
 from .. import plots, runs
 from ..data.glue import BABYLM_ENTRIES as GLUE_ENTRIES
 from ..models.errors import InputError, InputNotFoundError
+from .blimp import default_out_dir
 
 WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
 COLUMNS = ["blimp", "supplement", "glue", "msgs"]
@@ -41,14 +46,11 @@ PAPER_STRICT_SMALL = {
     "aggregate": 65.9,
     "glue_tasks": {entry: None for entry in GLUE_ENTRIES},
 }
-# Where each part may be: the first file found wins (in the run folder, then in eval-blimp's default output folder).
-SOURCES = {
-    part: [path for name in names for path in (name, f"{runs.EVAL}/{name}")]
-    for part, names in {
-        "blimp": ["blimp.json", "blimp_filtered.json"],
-        "supplement": ["supplement.json", "supplement_filtered.json"],
-        "msgs": ["msgs.json"],
-    }.items()
+# The files each part may be in; the folders they are looked for in: `result_folders`.
+FILE_NAMES = {
+    "blimp": ["blimp.json", "blimp_filtered.json"],
+    "supplement": ["supplement.json", "supplement_filtered.json"],
+    "msgs": ["msgs.json"],
 }
 
 
@@ -69,12 +71,33 @@ def _fraction(path: Path, value, key: str) -> float:
     return float(value)
 
 
-def read_overall(run_dir: Path, part: str) -> tuple[float | None, str | None]:
-    """(score in %, file) of a BLiMP-style part, or (None, None) when no file holds it."""
-    for name in SOURCES[part]:
-        path = run_dir / name
-        if path.is_file():
+def result_folders(run_dir: Path) -> list[Path]:
+    """Where a run's BLiMP-style results are looked for, in order: the run folder, its eval/ (eval-blimp's default
+    output folder before), and eval-blimp's default output folder for it (`blimp.default_out_dir`)."""
+    return [run_dir, run_dir / runs.EVAL, default_out_dir(run_dir)]
+
+
+def _is_of_run(results: dict, run_dir: Path) -> bool:
+    """Whether a result file records `run_dir` as its model (`model`: the folder it was loaded from)."""
+    model = results.get("model")
+    return isinstance(model, str) and Path(model).expanduser().resolve() == run_dir.resolve()
+
+
+def read_overall(run_dir: Path, part: str, passed_over: list[str] | None = None) -> tuple[float | None, str | None]:
+    """(score in %, file) of a BLiMP-style part, or (None, None) when no file holds it: the first file found in
+    `result_folders`. A file in the shared outputs folder that records another model is not read; a line saying so is
+    appended to `passed_over`."""
+    shared = default_out_dir(run_dir)
+    for folder in result_folders(run_dir):
+        for name in FILE_NAMES[part]:
+            path = folder / name
+            if not path.is_file():
+                continue
             results = _read_json(path)
+            if folder == shared and not _is_of_run(results, run_dir):
+                if passed_over is not None:
+                    passed_over.append(f"`{path}` (its model is {results.get('model')!r}, not {run_dir})")
+                continue
             if "overall" not in results:
                 raise InputError(f"{path}: no 'overall' key (the mean accuracy, a fraction in [0, 1])")
             return 100 * _fraction(path, results["overall"], "overall"), str(path)
@@ -122,11 +145,12 @@ def build_scorecard(run_dir: str | Path) -> dict:
     if not run_dir.is_dir():
         raise InputNotFoundError(f"run directory not found: {run_dir}")
     ours = {"name": f"ours ({run_dir.name})"}
-    sources = {}
+    sources, passed_over = {}, []
     for part in ("blimp", "supplement", "msgs"):
-        ours[part], sources[part] = read_overall(run_dir, part)
+        ours[part], sources[part] = read_overall(run_dir, part, passed_over)
     glue_tasks = read_glue(run_dir)
     present = [value for value in glue_tasks.values() if value is not None]
+    sources["glue"] = str(runs.glue_dir(run_dir) / "<task>" / runs.RESULT) if present else None
     ours["glue"] = sum(present) / len(present) if present else None
     ours["glue_tasks"] = glue_tasks
     ours["glue_num_tasks"] = len(present)
@@ -140,6 +164,8 @@ def build_scorecard(run_dir: str | Path) -> dict:
         "ours": ours,
         "paper": PAPER_STRICT_SMALL,
         "sources": sources,
+        "searched": [str(folder) for folder in result_folders(run_dir)],
+        "passed_over": passed_over,
         "missing": missing,
         "paper_missing": ["Supplement", "GLUE per task"],
     }
@@ -179,11 +205,25 @@ def markdown(card: dict) -> str:
         f"Missing here: {', '.join(card['missing']) or 'nothing'}. "
         f"Not in the docs for the paper row: {', '.join(card['paper_missing'])}.",
         "",
+        *_files_read(card),
+        "",
         "The paper's row is the BabyLM 2023 leaderboard (2023 filtered evaluation data, full GLUE training sets);",
         "scores on other versions of the data (e.g. the BabyLM 2024 files) or capped training sets are not the same",
         "measurement.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _files_read(card: dict) -> list[str]:
+    """The lines that name the file each score was read from, where the others were looked for, and the files passed
+    over."""
+    lines = ["Files read:", ""]
+    for part in (*FILE_NAMES, "glue"):
+        source = card["sources"].get(part)
+        lines.append(f"- {TITLES[part]}: " + (f"`{source}`" if source else "none found"))
+    lines += ["", f"BLiMP, the supplement and MSGS are looked for in {', '.join(f'`{f}`' for f in card['searched'])}."]
+    lines += [f"Passed over, another model's: {entry}." for entry in card.get("passed_over", [])]
+    return lines
 
 
 def bar_chart(card: dict, path: Path) -> None:
