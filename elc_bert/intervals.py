@@ -4,7 +4,15 @@ of one accuracy."""
 import math
 import statistics
 
-from scipy import stats
+from .extras import needs
+
+
+def _stats():
+    """`scipy.stats`, imported when an interval is computed: scipy is the `eval` extra's, and modules that merely
+    import this one (the BLiMP report, the scorecard) load without it."""
+    with needs("eval", "a 95% interval (scipy.stats)"):
+        from scipy import stats
+    return stats
 
 
 def confidence_interval(values: list[float]) -> tuple[float, float | None]:
@@ -13,7 +21,7 @@ def confidence_interval(values: list[float]) -> tuple[float, float | None]:
     mean = statistics.fmean(values)
     if len(values) < 2:
         return mean, None
-    return mean, float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, float(_stats().t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
 
 
 def mean_and_interval(mean: float, half_width: float | None) -> str:
@@ -30,7 +38,7 @@ def wilson_interval(correct: int, total: int) -> tuple[float, float]:
     stays inside [0, 1] and is not empty at 0 or `total` right."""
     if not 0 <= correct <= total or total < 1:
         raise ValueError(f"need 0 <= correct <= total and total >= 1, got {correct} of {total}")
-    interval = stats.binomtest(correct, total).proportion_ci(confidence_level=0.95, method="wilson")
+    interval = _stats().binomtest(correct, total).proportion_ci(confidence_level=0.95, method="wilson")
     return float(interval.low), float(interval.high)
 
 

@@ -209,6 +209,23 @@ def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path,
     assert capsys.readouterr().out == ""
 
 
+def test_without_scipy_the_evaluation_says_so_before_scoring(toy_tokenizer, tmp_path, monkeypatch):
+    """The intervals need the `eval` extra (scipy): a missing one is named before any sentence is scored, not after."""
+    import importlib.util
+
+    import elc_bert.evaluation.blimp as blimp
+    from elc_bert import InputError
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else found(name, *a))
+    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", lambda *a, **o: pytest.fail("scored without scipy"))
+    write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
+    model = BigramMaskedLM(len(toy_tokenizer), scale=0.0)
+    with pytest.raises(InputError, match=r'pip install "elc_bert\[eval\]"'):
+        evaluate_blimp(model, toy_tokenizer, tmp_path / "pairs.jsonl", tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_malformed_lines_name_file_and_line(tmp_path):
     good = json.dumps(pair("a b", "b a"))
     (tmp_path / "broken.jsonl").write_text(f"{good}\n\n{{not json\n")

@@ -53,3 +53,16 @@ def test_wilson_interval_known_values_and_refusals():
     for correct, total in ((3, 2), (-1, 5), (0, 0)):
         with pytest.raises(ValueError, match="correct <= total"):
             wilson_interval(correct, total)
+
+
+def test_without_scipy_an_interval_names_the_extra_to_install(monkeypatch):
+    """scipy is the `eval` extra's: imported when an interval is computed, and its absence named as that extra."""
+    import sys
+
+    from elc_bert import InputError
+
+    monkeypatch.setitem(sys.modules, "scipy", None)  # `import scipy` now fails as if it were not installed
+    for compute in (lambda: wilson_interval(1, 2), lambda: confidence_interval([0.1, 0.2])):
+        with pytest.raises(InputError, match=r'needs scipy, not installed: pip install "elc_bert\[eval\]"'):
+            compute()
+    assert confidence_interval([0.3]) == (0.3, None)  # one trial needs no quantile

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import plots
 from ..data.jsonl import read_jsonl
+from ..extras import require
 from ..intervals import percent_interval, wilson_interval
 from ..models.errors import InputError, InputNotFoundError
 from ..pretrained import is_causal_lm
@@ -316,6 +317,7 @@ def evaluate_blimp(
     set."""
     if batch_tokens < 1:
         raise InputError(f"batch_tokens must be positive, got {batch_tokens}")
+    require("eval", what="BLiMP's 95% intervals")  # said now, not after the scoring
     sets = load_minimal_pairs(data)
     if max_pairs_per_set is not None:
         if max_pairs_per_set < 1:
