@@ -5,10 +5,13 @@
 
 Figures are `matplotlib.figure.Figure` objects written with their own `savefig`: matplotlib is imported only when a
 plot is drawn, pyplot keeps no state of ours (no figure to close) and the backend of the program that imports the
-package is never switched. Imports nothing from the rest of the package, so that every layer may draw.
+package is never switched. Imports only `extras` (which names the missing extra) from the rest of the package, so
+that every layer may draw.
 """
 
 from pathlib import Path
+
+from .extras import needs
 
 DPI = 120
 MAX_ANNOTATED_LAYERS = 12  # above this, alpha's cells are too small to hold their values
@@ -16,7 +19,8 @@ MAX_ANNOTATED_LAYERS = 12  # above this, alpha's cells are too small to hold the
 
 def new_figure(width: float, height: float):
     """A matplotlib Figure of `width` x `height` inches, not registered with pyplot."""
-    from matplotlib.figure import Figure
+    with needs("plots", "drawing a figure"):
+        from matplotlib.figure import Figure
 
     return Figure(figsize=(width, height))
 

@@ -5,12 +5,13 @@ line that works, and the wheel ships its templates.
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import TINY
+from helpers import REPO, TINY
 from helpers import read_card as _card
 from helpers import tiny_elc_config as _elc
 from helpers import word_level_tokenizer as _tokenizer
@@ -38,7 +39,8 @@ def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
     assert "perplexity" not in text.lower()  # the run measured none
     assert f"{measured['train_loss']:.4f}" in text
     assert "Stand-in corpus, not BabyLM" in text
-    assert 'from_pretrained("test-user/elc-tiny", trust_remote_code=True)' in text and "import elc_bert" in text
+    assert 'pipeline("fill-mask", model="test-user/elc-tiny", trust_remote_code=True)' in text
+    assert "import elc_bert" in text
     assert (out / "alpha.png").stat().st_size > 0 and (out / "run_loss.png").is_file()
     assert "![" in text and "alpha.png" in text
 
@@ -54,9 +56,10 @@ def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
     assert "model-index" not in metadata and "validation MLM loss" not in text
 
 
-def _ner_run(run: Path, exported, test_f1: dict | None = None, **config) -> tuple[dict, Path]:
+def _ner_run(run: Path, exported, test_f1: dict | None = None, sentences=None, **config) -> tuple[dict, Path]:
     """A finished few-shot NER run of two trials for N = 8 and 32 (best dev F1, DWAtt depth weights, and the test
-    F1 of `test_f1` {(N, trial): F1} where given), with the trial model it kept: (its summary, that model)."""
+    F1 of `test_f1` {(N, trial): F1} where given; `sentences` read per split where given), with the trial model it
+    kept: (its summary, that model)."""
     config = FinetuneNerConfig(output_dir=str(run), model="tiny", shots=[8, 32], trials=2, **config)
     run.mkdir()
     yaml_text = yaml.safe_dump({**config.__dict__, "fusion": "dwatt"})
@@ -70,7 +73,7 @@ def _ner_run(run: Path, exported, test_f1: dict | None = None, **config) -> tupl
         if test_f1:
             result["test"] = {"f1": test_f1[(shots, trial)]}
         (trial_dir / "result.json").write_text(json.dumps(result))
-    summary = write_results(config)
+    summary = write_results(config, sentences=sentences)
     folders, _ = exported
     kept = runs.trial_dir(run, 32, 1) / runs.MODEL  # the trial model the run kept (and recorded)
     shutil.copytree(folders["fusion_elc_dwatt"], kept)
@@ -156,7 +159,7 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
             assert f"on WikiText-2 from local files `{shown_path(local)}`" in text and "Salesforce" not in text
         assert "pip install elc_bert`" not in text and "not on PyPI" in text and "`pip install -e .` in a clone" in text
         assert 'pip install "elc_bert @ git+' in text
-        assert 'AutoModelForMaskedLM.from_pretrained("USER/NAME", trust_remote_code=True)' in text
+        assert 'pipeline("fill-mask", model="USER/NAME", trust_remote_code=True)' in text
     # A pretraining run may read a Hub dataset (a dict entry) besides local files.
     note = _stand_in_note(_pretrain_run(["a.txt", {"path": "org/corpus", "name": "en"}], "d"))
     assert "local files `d/a.txt` plus the Hub dataset `org/corpus` (en)" in note
@@ -220,6 +223,28 @@ def test_card_data_source_is_what_the_job_read_not_what_the_export_folder_holds(
     assert str(tmp_path) not in text  # a published card names no folder of the machine that made it
 
 
+def test_the_card_names_a_sample_as_a_sample_and_lists_a_dataset_read_whole(exported, tmp_path):
+    """From the sentences a finetune-ner run read per split: a run on the whole of a known dataset lists its Hub id
+    in `datasets:`; a run on a sample (the bundled 500-sentence WikiAnn dev and test sets) says "a sample" in the
+    model-index's dataset name, the results table and the training text, and lists no dataset."""
+    test_f1 = {(8, 0): 0.38, (8, 1): 0.4, (32, 0): 0.55, (32, 1): 0.57}
+    whole = {"train": 14041, "dev": 3250, "test": 3453}
+    _, kept = _ner_run(tmp_path / "whole", exported, test_f1, whole, data_dir="unused", dataset="conll03")
+    metadata, text = _card(export(kept, tmp_path / "out-whole", run_dir=tmp_path / "whole"))
+    assert metadata["datasets"] == ["conll2003"] and "a sample" not in text
+    sample = {"train": 2000, "dev": 500, "test": 500}
+    _, kept = _ner_run(tmp_path / "sample", exported, test_f1, sample, data_dir="d", dataset="wikiann", language="en")
+    metadata, text = _card(export(kept, tmp_path / "out-sample", run_dir=tmp_path / "sample"))
+    names = {result["dataset"]["split"]: result["dataset"]["name"] for result in metadata["model-index"][0]["results"]}
+    assert names == {
+        "validation": "WikiAnn (en), a sample: 500 of its 10,000 dev sentences",
+        "test": "WikiAnn (en), a sample: 500 of its 10,000 test sentences",
+    }
+    assert "datasets" not in metadata
+    assert "(a sample: 500 of its 10,000 test sentences) | " in text
+    assert "(a sample: 2,000 of its 20,000 train sentences; 500 of its 10,000 dev sentences;" in text
+
+
 def test_few_shot_ner_card_holds_the_test_f1_the_run_measured(exported, tmp_path):
     """results.json's test F1 (of each trial's best dev epoch) goes beside the dev F1: model-index entries of split
     "test" and rows of the results table."""
@@ -238,3 +263,38 @@ def test_few_shot_ner_card_holds_the_test_f1_the_run_measured(exported, tmp_path
     row = f"| {100 * summary['n32']['test_mean']:.1f} +- {100 * summary['n32']['test_ci95']:.1f} (55.0, 57.0) |"
     assert "test micro-F1 of the best dev epoch, N=32 " in text and row in text
     assert "holds test-set scores too" in text
+
+
+@pytest.mark.slow
+def test_the_cards_snippets_run_as_written_with_transformers_alone(exported, tmp_path):
+    """Each exported card's snippet for transformers alone, run as the card writes it (the repo id pointing at the
+    exported folder) in one process where `elc_bert` cannot be imported: the head's pipeline (fill-mask, token and
+    text classification) or its Auto class runs on the code shipped in the folder."""
+    from hub_server import run_without_package
+
+    folders, _ = exported
+    script = []
+    for name, folder in folders.items():
+        remote = (folder / "README.md").read_text().split("With `transformers` alone", 1)[1]
+        code = re.search(r"```python\n(.*?)```", remote, re.DOTALL).group(1)
+        assert f'"test-user/{name}"' in code and "trust_remote_code=True" in code
+        script.append(code.replace(f"test-user/{name}", str(folder)) + f"print('RAN {name}')\n")
+    pipelines = [name for name in folders if "pipeline(" in (folders[name] / "README.md").read_text()]
+    assert {"elc_mlm", "elc_tok", "ltg_seq", "fusion_elc_dwatt"} <= set(pipelines)
+    done = run_without_package("\n".join(script), {"HF_HUB_OFFLINE": "1"}, tmp_path)
+    assert [line for line in done.stdout.splitlines() if line.startswith("RAN ")] == [f"RAN {name}" for name in folders]
+
+
+def test_the_card_cites_the_papers_the_model_rests_on(exported):
+    """The card's BibTeX: ELC-BERT's and LTG-BERT's papers for an ELC-BERT, LTG-BERT's alone for an LTG-BERT, DWAtt's
+    (and the backbone's) for a fusion model; the entries' titles are CITATION.cff's references."""
+    folders, _ = exported
+    cards = {name: (folder / "README.md").read_text() for name, folder in folders.items()}
+    assert "2311.02265" in cards["elc_mlm"] and "2303.09859" in cards["elc_mlm"]
+    assert "2303.09859" in cards["ltg_seq"] and "2311.02265" not in cards["ltg_seq"]
+    assert all(key in cards["fusion_elc_dwatt"] for key in ("2209.15168", "2311.02265", "2303.09859"))
+    assert "```bibtex\n@inproceedings{" in cards["elc_mlm"]
+    bib = (REPO / "model_cards" / "references.bib").read_text()
+    titles = [re.sub(r"[{}]", "", title) for title in re.findall(r'^\s+title = "(.*)"', bib, re.MULTILINE)]
+    cited = [reference["title"] for reference in yaml.safe_load((REPO / "CITATION.cff").read_text())["references"]]
+    assert titles and all(title in cited for title in titles)

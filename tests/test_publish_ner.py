@@ -66,6 +66,9 @@ def test_a_few_shot_ner_run_is_published_and_loads_from_the_hub_without_the_pack
     by_split = {result["dataset"]["split"]: result for result in metadata["model-index"][0]["results"]}
     assert by_split["validation"]["metrics"][0]["value"] == results["n6"]["mean"]  # the run's own numbers ...
     assert by_split["test"]["metrics"][0]["value"] == results["n6"]["test_mean"]  # ... on its own model
+    assert results["sentences"] == {"train": 2000, "dev": 16, "test": 16}  # the bundled sample, capped
+    assert by_split["test"]["dataset"]["name"] == "WikiAnn (en), a sample: 16 of its 10,000 test sentences"
+    assert "datasets" not in metadata
 
     model = AutoModelForTokenClassification.from_pretrained(kept).eval()
     tokenizer = AutoTokenizer.from_pretrained(kept)

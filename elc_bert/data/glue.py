@@ -8,6 +8,7 @@ both read.
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..extras import needs
 from ..models.errors import InputError
 from .jsonl import read_jsonl
 
@@ -88,7 +89,8 @@ def text_pair(task: GlueTask, row: dict) -> tuple[str, str | None]:
 
 def encode(tokenizer, task: GlueTask, rows: list[dict], max_length: int):
     """A datasets.Dataset of input_ids / attention_mask (/ token_type_ids) / labels, unpadded."""
-    import datasets  # here: the scorecard imports this module for the task list alone
+    with needs("data", "GLUE data"):  # here: the scorecard imports this module for the task list alone
+        import datasets
 
     firsts, seconds = zip(*(text_pair(task, row) for row in rows))
     if seconds[0] is None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.jsonl import read_jsonl
+from ..extras import needs
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
@@ -222,7 +223,8 @@ def chosen(scores: list[float]) -> int:
 
 
 def _spearman(x: list[float], y: list[float]) -> float:
-    from scipy.stats import spearmanr
+    with needs("eval", "the wug tests' Spearman correlation"):
+        from scipy.stats import spearmanr
 
     return float(spearmanr(x, y)[0])
 

@@ -9,6 +9,7 @@ left out, the card has no results and says why.
 
 import dataclasses
 import json
+import re
 import shutil
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
@@ -33,6 +34,13 @@ TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's mo
 
 # finetune-ner's `dataset` -> (its name, the Hub id of the dataset its local files copy)
 NER_CORPORA = {"conll03": ("CoNLL-2003", "conll2003"), "wikiann": ("WikiAnn", "wikiann")}
+# Sentences in each split of the NER datasets whose sizes are known here ((dataset, WikiAnn language) -> split ->
+# sentences): what tells a run that read the whole split from one that read a sample.
+NER_SPLIT_SIZES = {
+    ("conll03", None): {"train": 14041, "dev": 3250, "test": 3453},
+    ("wikiann", "en"): {"train": 20000, "dev": 10000, "test": 10000},
+}
+SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}  # a finetune-ner split -> the model-index's
 BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
 PIPELINE_TAGS = {
@@ -42,22 +50,15 @@ PIPELINE_TAGS = {
     "ForMultipleChoice": ("multiple-choice", "Multiple choice"),
     "ForQuestionAnswering": ("question-answering", "Question answering"),
 }
-EXAMPLES = {
-    "AutoModelForMaskedLM": (
-        '\ninputs = tokenizer(f"The child played with the {tokenizer.mask_token} .", return_tensors="pt")\n'
-        "logits = model(**inputs).logits  # B x T x V\n"
-        "position = (inputs.input_ids[0] == tokenizer.mask_token_id).nonzero()[0, 0]\n"
-        "print(tokenizer.decode(logits[0, position].argmax()))"
-    ),
-    "AutoModelForTokenClassification": (
-        '\ninputs = tokenizer("John lives in Oslo .", return_tensors="pt")\n'
-        "predicted = model(**inputs).logits.argmax(-1)[0]  # one label per token\n"
-        "print([model.config.id2label[int(i)] for i in predicted])"
-    ),
-    "AutoModelForSequenceClassification": (
-        '\ninputs = tokenizer("A short sentence .", return_tensors="pt")\n'
-        "print(model.config.id2label[int(model(**inputs).logits.argmax(-1))])"
-    ),
+# What the card's usage snippet does with the model, by the pipeline of its head; a head without a pipeline here is
+# loaded through its Auto class (`AUTO_EXAMPLES`).
+PIPELINE_EXAMPLES = {
+    "fill-mask": ("fill", 'print(fill(f"The child played with the {fill.tokenizer.mask_token} ."))'),
+    "token-classification": ("ner", 'print(ner("John lives in Oslo ."))'),
+    "text-classification": ("classify", 'print(classify("A short sentence ."))'),
+}
+PIPELINE_OPTIONS = {"token-classification": ', aggregation_strategy="simple"'}
+AUTO_EXAMPLES = {
     "AutoModel": (
         '\ninputs = tokenizer("A short sentence .", return_tensors="pt")\n'
         "states = model(**inputs).last_hidden_state  # B x T x D"
@@ -201,6 +202,29 @@ def run_corpora(run: Run) -> tuple[list[Corpus], list[Corpus]]:
     return [], []
 
 
+def ner_samples(run: Run) -> dict[str, str]:
+    """{split ("train", "dev", "test"): how it is a sample} for the splits of a finetune-ner run that were not the whole
+    split of the dataset: fewer sentences than the dataset's split has (`NER_SPLIT_SIZES`, from the sentence counts
+    the run recorded), or a cap in the config (`max_eval_sentences`, `max_test_sentences`)."""
+    config, read = run.config, run.metrics.get("sentences", {})
+    full = NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None), {})
+    caps = {"dev": config.max_eval_sentences, "test": config.max_test_sentences}
+    samples = {}
+    for split in ("train", "dev", "test"):
+        if split in read and split in full and read[split] < full[split]:
+            samples[split] = f"{read[split]:,} of its {full[split]:,} {split} sentences"
+        elif caps.get(split) is not None:
+            samples[split] = f"its first {caps[split]:,} {split} sentences at most"
+    return samples
+
+
+def whole_ner_dataset(run: Run) -> bool:
+    """Whether the finetune-ner run read every split of a dataset whose sizes are known, in full."""
+    config, read = run.config, run.metrics.get("sentences", {})
+    full = NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None))
+    return full is not None and all(read.get(split) == size for split, size in full.items()) and not ner_samples(run)
+
+
 def _results(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -> list[EvalResult]:
     """One model-index entry per (metric type, label, value) of `metrics`, measured on `split` of `corpus`."""
     return [
@@ -249,7 +273,7 @@ def measured_results(run: Run, task: tuple[str, str]) -> tuple[list[EvalResult],
                 results += _results(("fill-mask", "Masked language modelling"), dataset, split, pairs)
                 rows.extend(f"| {dataset.name} {label} | {value:.4f} |" for _, label, value in pairs)
     elif isinstance(config, FinetuneNerConfig):
-        dataset = evaluation[0]
+        samples = {SPLIT_NAMES[split]: f"a sample: {how}" for split, how in ner_samples(run).items()}
         unit = "sentences per entity type" if config.shot_unit == "per_entity_type" else "sentences"
         # Per N: the best dev F1 of each trial, and the test F1 of that epoch's model where the run scored one
         # (`finetune_ner.summarize`).
@@ -264,6 +288,10 @@ def measured_results(run: Run, task: tuple[str, str]) -> tuple[list[EvalResult],
                 if mean not in value:
                     continue
                 label = f"{measure}, N={key[1:]} {unit}, mean of {len(value.get(values, []))} trials"
+                dataset = evaluation[0]
+                if split in samples:  # named as a sample in the model-index and in the table
+                    dataset = dataclasses.replace(dataset, name=f"{dataset.name}, {samples[split]}")
+                    label += f" ({samples[split]})"
                 results += _results(task, dataset, split, [("f1", label, value[mean])])
                 per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get(values, []))
                 rows.append(f"| {label} | {mean_and_interval(value[mean], value[ci95])} ({per_trial}) |")
@@ -298,6 +326,12 @@ def _stand_in_note(run: Run) -> str:
     )
 
 
+def _sample_text(run: Run) -> str:
+    """ " (a sample: ...)" when a finetune-ner run read only part of its dataset's splits, else ""."""
+    samples = ner_samples(run)
+    return f" (a sample: {'; '.join(samples.values())})" if samples else ""
+
+
 def _training_text(run: Run, model_dir: str, run_model: str | None) -> str:
     """What the run did, on which data; `run_model`: where in the run the exported weights were saved."""
     config = run.config
@@ -323,8 +357,8 @@ def _training_text(run: Run, model_dir: str, run_model: str | None) -> str:
         )
     mode = "backbone frozen (feature extraction)" if config.freeze_backbone else "all weights trained"
     text = (
-        f"Few-shot NER on {data} with `elc-bert finetune-ner` (run `{shown_path(run.dir)}`): backbone "
-        f"`{config.model}`, fusion {config.fusion}, {mode}; N in {config.shots}, {config.trials} trials each, "
+        f"Few-shot NER on {data}{_sample_text(run)} with `elc-bert finetune-ner` (run `{shown_path(run.dir)}`): "
+        f"backbone `{config.model}`, fusion {config.fusion}, {mode}; N in {config.shots}, {config.trials} trials each, "
         f"{config.epochs} epochs, learning rate {config.learning_rate}; each trial keeps its best dev-set epoch."
     )
     weights = f"are the run's `{run_model}`" if run_model else f"come from `{model_dir}`"
@@ -408,6 +442,46 @@ def _architecture(model, templates_dir: Path, num_parameters: str) -> str:
     )
 
 
+# The papers a model rests on, as keys of model_cards/references.bib.
+ELC_BERT_PAPERS = ("charpentier-samuel-2023-layers", "samuel-etal-2023-trained")
+LTG_BERT_PAPERS = ("samuel-etal-2023-trained",)
+DWATT_PAPER = "elnokrashy-etal-2024-depth"
+
+
+def papers_of(model) -> list[str]:
+    """The BibTeX keys of the papers behind `model`: ELC-BERT's (which builds on LTG-BERT) or LTG-BERT's, and for a
+    layer-fusion model DWAtt's (the fusion heads' study) and its backbone's where that is one of ours."""
+    config = model.config
+    keys = []
+    if isinstance(model.base_model, LayerFusionModel):
+        keys.append(DWATT_PAPER)
+        config = config.backbone_config
+    if getattr(config, "model_type", None) == "elc_bert":
+        keys += ELC_BERT_PAPERS if config.layer_combination == "elc" else LTG_BERT_PAPERS
+    return keys
+
+
+def _citation(model, templates_dir: Path) -> str:
+    """The BibTeX entries of `papers_of(model)`, from the templates' references.bib."""
+    path = templates_dir / "references.bib"
+    if not path.is_file():
+        raise InputNotFoundError(f"{path} is missing (templates_dir={templates_dir})")
+    entries = {}
+    for entry in re.split(r"\n(?=@)", path.read_text(encoding="utf-8").strip()):
+        match = re.match(r"@\w+\{([^,]+),", entry)
+        if match is None:
+            raise InputError(f"{path}: not a BibTeX entry: {entry[:60]!r}")
+        entries[match.group(1)] = entry.strip()
+    missing = [key for key in papers_of(model) if key not in entries]
+    if missing:
+        raise InputError(f"{path} has no entry {missing}")
+    bibtex = "\n\n".join(entries[key] for key in papers_of(model))
+    return (
+        "If you use this model, please cite the papers it rests on (and the `elc_bert` package):\n\n"
+        f"```bibtex\n{bibtex}\n```"
+    )
+
+
 def install_instructions() -> str:
     """How to install the package, which is not on PyPI: from its repository (named when the package's metadata
     has a Repository / Source / Homepage URL), or from a clone."""
@@ -464,7 +538,11 @@ def card_data(model, run: Run, title: str, license: str) -> tuple[ModelCardData,
         tags.append("elc-bert")
     tags += [pipeline_tag, "custom_code"]
     training, evaluation = run_corpora(run)
-    datasets = list(dict.fromkeys(corpus.path for corpus in training + evaluation if corpus.on_hub))  # Hub ids only
+    # Hub ids only: of the datasets read from the Hub, and of a known dataset read in full from local files
+    datasets = [corpus.path for corpus in training + evaluation if corpus.on_hub]
+    if isinstance(run.config, FinetuneNerConfig) and whole_ner_dataset(run):
+        datasets.append(evaluation[0].dataset_id)
+    datasets = list(dict.fromkeys(datasets))
     data = ModelCardData(
         license=license,
         language=["en"],
@@ -508,8 +586,27 @@ def _limitations(model, run: Run, templates_dir: Path, num_parameters: str) -> s
     return _fill(templates_dir, "limitations.md", size_note=size_note, extra_limitations="\n".join(extra))
 
 
-def _usage(model, templates_dir: Path, repo_id: str | None, sentence_modules: list[str] | None) -> str:
+def usage_snippet(model, repo_id: str, remote_code: bool) -> str:
+    """The Python lines that load the model from `repo_id` and use it: its pipeline (`PIPELINE_EXAMPLES`), else its
+    Auto class; `remote_code`: for transformers alone (the code shipped in the repo, `trust_remote_code=True`)."""
+    trust = ", trust_remote_code=True" if remote_code else ""
+    pipeline_tag, _ = pipeline_of(model)
+    if pipeline_tag in PIPELINE_EXAMPLES:
+        name, use = PIPELINE_EXAMPLES[pipeline_tag]
+        options = PIPELINE_OPTIONS.get(pipeline_tag, "")
+        return (
+            "from transformers import pipeline\n\n"
+            f'{name} = pipeline("{pipeline_tag}", model="{repo_id}"{options}{trust})\n{use}'
+        )
     auto_class = _auto_class_name(model)
+    return (
+        f"from transformers import {auto_class}, AutoTokenizer\n\n"
+        f'tokenizer = AutoTokenizer.from_pretrained("{repo_id}"{trust})\n'
+        f'model = {auto_class}.from_pretrained("{repo_id}"{trust})' + AUTO_EXAMPLES.get(auto_class, "")
+    )
+
+
+def _usage(model, templates_dir: Path, repo_id: str | None, sentence_modules: list[str] | None) -> str:
     sentence_usage = ""
     if sentence_modules:
         sentence_usage = _fill(
@@ -521,9 +618,8 @@ def _usage(model, templates_dir: Path, repo_id: str | None, sentence_modules: li
     return _fill(
         templates_dir,
         "usage.md",
-        auto_class=auto_class,
-        repo_id=repo_id or "USER/NAME",
-        example=EXAMPLES.get(auto_class, ""),
+        snippet=usage_snippet(model, repo_id or "USER/NAME", remote_code=False),
+        remote_snippet=usage_snippet(model, repo_id or "USER/NAME", remote_code=True),
         install=install_instructions(),
         sentence_usage=sentence_usage,
     )
@@ -570,6 +666,7 @@ def model_card(
         figures=_figures(model, run, out_dir),
         usage=_usage(model, templates_dir, repo_id, sentence_modules),
         limitations=_limitations(model, run, templates_dir, num_parameters),
+        citation=_citation(model, templates_dir),
         package_version=elc_bert.__version__,
         transformers_version=transformers.__version__,
         source=shown_path(source),

@@ -50,7 +50,7 @@ CHECKPOINT_PREFIX = "checkpoint-"  # the Trainer's (transformers.trainer_utils.P
 
 TRAINER_STATE = "trainer_state.json"  # in each checkpoint, the Trainer's (transformers.trainer.TRAINER_STATE_NAME)
 
-EVAL = "eval"  # `elc-bert eval-blimp`'s output folder inside the model folder it scores (its default)
+EVAL = "eval"  # the model-folder output of older `elc-bert eval-blimp` runs (the scorecard still reads it)
 
 LOSS_PLOT = "loss.png"  # pretrain
 

@@ -15,11 +15,8 @@ import shutil
 from pathlib import Path
 from typing import NamedTuple
 
-import datasets
 import numpy as np
 from safetensors.torch import load_file
-from seqeval.metrics import classification_report, f1_score
-from seqeval.scheme import IOB2
 from transformers import (
     AutoModelForTokenClassification,
     DataCollatorForTokenClassification,
@@ -32,6 +29,7 @@ from transformers import (
 from .. import runs
 from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
 from ..data.tokenizer import load_tokenizer, save_tokenizer
+from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
 from ..intervals import confidence_interval, mean_and_interval
 from ..job_configs import FinetuneNerConfig, save_config
@@ -42,9 +40,13 @@ from ..plots import plot_curves, plot_means_against_counts
 from ..pretrained import find_tokenizer, resolve_model
 from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
 
-logger = logging.getLogger(__name__)
+with needs("data", "elc-bert finetune-ner"):
+    import datasets
+with needs("eval", "elc-bert finetune-ner"):
+    from seqeval.metrics import classification_report, f1_score
+    from seqeval.scheme import IOB2
 
-# t quantiles (two-sided 95%) for small numbers of trials; beyond the table, the normal quantile.
+logger = logging.getLogger(__name__)
 
 
 def load_data(config: FinetuneNerConfig):
@@ -239,11 +241,18 @@ def prepare(config: FinetuneNerConfig) -> tuple[TrialData, dict]:
     return data, truncated
 
 
+def split_sizes(data: TrialData) -> dict:
+    """{split: sentences}: the training split each trial samples from, and the dev and test sentences scored."""
+    sizes = {"train": len(data.train), "dev": len(data.dev)}
+    return sizes if data.test is None else {**sizes, "test": len(data.test)}
+
+
 def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> dict:
     """Runs every (N, trial) not finished yet (a finished one's result.json is reused; with `save_checkpoints` an
     unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`;
     returns the summary (`results_table` shows it). `callbacks`: further `TrainerCallback`s for every trial's
     Trainer."""
+    require("plots", what="elc-bert finetune-ner")
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "finetune-ner")
     data, truncated = prepare(config)
@@ -256,7 +265,8 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
         while task is not None:
             run_trial(config, data, *task, callbacks)
             task = claim_next_trial(config)
-        return write_results(config, truncated)  # with the trials that other processes finished meanwhile
+        # with the trials that other processes finished meanwhile
+        return write_results(config, truncated, split_sizes(data))
 
 
 def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
@@ -414,13 +424,16 @@ def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> 
     return str(folder) if (Path(config.output_dir) / folder).is_dir() else None
 
 
-def write_results(config: FinetuneNerConfig, truncated: dict | None = None) -> dict:
+def write_results(config: FinetuneNerConfig, truncated: dict | None = None, sentences: dict | None = None) -> dict:
     """results.json, results.md (`results_table`) and f1_vs_n.png over the finished trials (`summarize`); returns
     the summary. `truncated`: {split: how many of its scored sentences have words past max_length}, recorded as
-    "truncated_sentences"."""
+    "truncated_sentences"; `sentences`: {split: how many sentences the run read (train) or scored (dev, test)},
+    recorded as "sentences", so that a reader (the model card) can tell the whole split from a sample."""
     summary = summarize(config)
     if truncated is not None:
         summary["truncated_sentences"] = {**truncated, "max_length": config.max_length}
+    if sentences is not None:
+        summary["sentences"] = sentences
     output_dir = Path(config.output_dir)
     (output_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2))
     (output_dir / runs.RESULTS_TABLE).write_text(results_table(config, summary) + "\n")
