@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from elc_bert import plots
 from elc_bert.cli import main
 from elc_bert.evaluation.scorecard import GLUE_ENTRIES, PAPER_STRICT_SMALL, build_scorecard, scorecard
 
@@ -123,3 +124,25 @@ def test_blimp_results_in_eval_blimps_default_folder_are_read_and_named(tmp_path
     # The run's own file comes first.
     write(run / "blimp.json", {"overall": 0.7})
     assert build_scorecard(run)["ours"]["blimp"] == pytest.approx(70.0)
+
+
+def test_a_capped_blimp_is_labelled_and_never_drawn_or_aggregated_as_the_full_one(tmp_path, monkeypatch):
+    """BLiMP scored on the first 20 pairs of each set (`eval-blimp --max-pairs-per-set 20`) is a sample, not the
+    paper's measurement: its cell says so, the aggregate is not given (the partial one names the cap), and the chart
+    draws that bar hatched and no partial aggregate beside the paper's."""
+    run = make_run(tmp_path / "run")
+    write(run / "blimp.json", {"overall": 0.78, "max_pairs_per_set": 20})
+    drawn = []
+    monkeypatch.setattr(plots, "save", lambda figure, path: drawn.append(figure))
+    card = scorecard(run)
+    ours = card["ours"]
+    assert ours["capped"] == {"blimp": 20} and ours["aggregate"] is None
+    assert "the full BLiMP (20 pairs per set only)" in ours["partial_label"]
+    table = (run / "scorecard.md").read_text()
+    assert "| 78.0 (first 20 pairs per set: not the full test) |" in table
+    [axes] = drawn[0].axes
+    ours_bars, paper_bars = axes.containers
+    assert [bar.get_height() for bar in ours_bars] == pytest.approx([78.0, 62.0, ours["glue"], 25.0])  # no aggregate
+    assert [bar.get_hatch() for bar in ours_bars] == ["//", None, None, None]
+    assert [bar.get_height() for bar in paper_bars] == pytest.approx([75.8, 73.7, 29.4, 65.9])
+    assert "first 20 pairs per set only" in axes.get_xlabel() and "not drawn" in axes.get_xlabel()

@@ -83,10 +83,13 @@ def _is_of_run(results: dict, run_dir: Path) -> bool:
     return isinstance(model, str) and Path(model).expanduser().resolve() == run_dir.resolve()
 
 
-def read_overall(run_dir: Path, part: str, passed_over: list[str] | None = None) -> tuple[float | None, str | None]:
-    """(score in %, file) of a BLiMP-style part, or (None, None) when no file holds it: the first file found in
-    `result_folders`. A file in the shared outputs folder that records another model is not read; a line saying so is
-    appended to `passed_over`."""
+def read_overall(
+    run_dir: Path, part: str, passed_over: list[str] | None = None
+) -> tuple[float | None, str | None, int | None]:
+    """(score in %, file, its pairs-per-set cap) of a BLiMP-style part, or (None, None, None) when no file holds it: the
+    first file found in `result_folders`. The cap is the `max_pairs_per_set` the evaluation was run with (None: every
+    pair). A file in the shared outputs folder that records another model is not read; a line saying so is appended
+    to `passed_over`."""
     shared = default_out_dir(run_dir)
     for folder in result_folders(run_dir):
         for name in FILE_NAMES[part]:
@@ -100,8 +103,9 @@ def read_overall(run_dir: Path, part: str, passed_over: list[str] | None = None)
                 continue
             if "overall" not in results:
                 raise InputError(f"{path}: no 'overall' key (the mean accuracy, a fraction in [0, 1])")
-            return 100 * _fraction(path, results["overall"], "overall"), str(path)
-    return None, None
+            cap = results.get("max_pairs_per_set")
+            return 100 * _fraction(path, results["overall"], "overall"), str(path), cap
+    return None, None, None
 
 
 def read_glue(run_dir: Path) -> dict[str, float | None]:
@@ -119,14 +123,16 @@ def read_glue(run_dir: Path) -> dict[str, float | None]:
     return scores
 
 
-def aggregate(parts: dict[str, float | None], glue_complete: bool) -> dict:
+def aggregate(parts: dict[str, float | None], glue_complete: bool, capped: dict | None = None) -> dict:
     """The BabyLM 2023 aggregate of `parts` ({blimp, glue, msgs}: % or None): `aggregate` when everything is present
-    (GLUE with all its entries), else None with `partial_aggregate` = sum_i w_i x_i / sum_i w_i over the parts present
-    and `partial_label` naming what is missing."""
+    and whole (GLUE with all its entries, no part scored on the first pairs of each set only: `capped`), else None
+    with `partial_aggregate` = sum_i w_i x_i / sum_i w_i over the parts present and `partial_label` naming what is
+    missing or capped."""
     present = {part: parts[part] for part in WEIGHTS if parts.get(part) is not None}
     missing = [TITLES[part] for part in WEIGHTS if part not in present]
     if not glue_complete and "glue" in present:
         missing.append("some GLUE tasks")
+    missing += [f"the full {TITLES[part]} ({cap} pairs per set only)" for part, cap in (capped or {}).items()]
     if not missing:
         value = sum(WEIGHTS[part] * present[part] for part in WEIGHTS)
         return {"aggregate": value, "partial_aggregate": None, "partial_label": None}
@@ -145,16 +151,19 @@ def build_scorecard(run_dir: str | Path) -> dict:
     if not run_dir.is_dir():
         raise InputNotFoundError(f"run directory not found: {run_dir}")
     ours = {"name": f"ours ({run_dir.name})"}
-    sources, passed_over = {}, []
+    sources, passed_over, capped = {}, [], {}
     for part in ("blimp", "supplement", "msgs"):
-        ours[part], sources[part] = read_overall(run_dir, part, passed_over)
+        ours[part], sources[part], cap = read_overall(run_dir, part, passed_over)
+        if cap is not None:
+            capped[part] = cap
+    ours["capped"] = capped  # part -> pairs per set: a sample of each set, not the paper's measurement
     glue_tasks = read_glue(run_dir)
     present = [value for value in glue_tasks.values() if value is not None]
     sources["glue"] = str(runs.glue_dir(run_dir) / "<task>" / runs.RESULT) if present else None
     ours["glue"] = sum(present) / len(present) if present else None
     ours["glue_tasks"] = glue_tasks
     ours["glue_num_tasks"] = len(present)
-    ours.update(aggregate(ours, glue_complete=len(present) == len(GLUE_ENTRIES)))
+    ours.update(aggregate(ours, glue_complete=len(present) == len(GLUE_ENTRIES), capped=capped))
     missing = [TITLES[part] for part in COLUMNS if ours[part] is None]
     missing += [f"GLUE {entry}" for entry, value in glue_tasks.items() if value is None and present]
     return {
@@ -171,12 +180,15 @@ def build_scorecard(run_dir: str | Path) -> dict:
     }
 
 
-def _cell(value) -> str:
-    return "n/a" if value is None else f"{value:.1f}"
+def _cell(value, cap: int | None = None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.1f}" if cap is None else f"{value:.1f} (first {cap} pairs per set: not the full test)"
 
 
 def markdown(card: dict) -> str:
     ours, paper = card["ours"], card["paper"]
+    capped = ours.get("capped", {})
     glue_note = "" if ours["glue"] is None else f" ({ours['glue_num_tasks']}/{len(GLUE_ENTRIES)} tasks)"
     header = "| model | BLiMP | Supplement | GLUE | MSGS | Aggregate (0.5 BLiMP + 0.3 GLUE + 0.2 MSGS) |"
     our_aggregate = _cell(ours["aggregate"])
@@ -190,8 +202,9 @@ def markdown(card: dict) -> str:
         "",
         header,
         "|---|---|---|---|---|---|",
-        f"| {ours['name']} | {_cell(ours['blimp'])} | {_cell(ours['supplement'])} | {_cell(ours['glue'])}{glue_note} "
-        f"| {_cell(ours['msgs'])} | {our_aggregate} |",
+        f"| {ours['name']} | {_cell(ours['blimp'], capped.get('blimp'))} "
+        f"| {_cell(ours['supplement'], capped.get('supplement'))} | {_cell(ours['glue'])}{glue_note} "
+        f"| {_cell(ours['msgs'], capped.get('msgs'))} | {our_aggregate} |",
         f"| {paper['name']} | {_cell(paper['blimp'])} | {_cell(paper['supplement'])} | {_cell(paper['glue'])} "
         f"| {_cell(paper['msgs'])} | {_cell(paper['aggregate'])} |",
         "",
@@ -227,20 +240,24 @@ def _files_read(card: dict) -> list[str]:
 
 
 def bar_chart(card: dict, path: Path) -> None:
-    """Grouped bars, ours beside the paper, per column; missing values are left out."""
+    """Grouped bars, ours beside the paper, per column. Only like is drawn beside like: a missing value and a partial
+    aggregate get no bar, and a part scored on the first pairs of each set only is drawn hatched and says so."""
     columns = [*COLUMNS, "aggregate"]
+    capped = card["ours"].get("capped", {})
     figure = plots.new_figure(7, 4)
     axes = figure.subplots()
     for offset, (row, label) in enumerate([(card["ours"], "ours"), (card["paper"], "paper")]):
-        values = [
-            row[c] if row[c] is not None else (row.get("partial_aggregate") if c == "aggregate" else None)
-            for c in columns
-        ]
-        xs = [i + (offset - 0.5) * 0.38 for i, v in enumerate(values) if v is not None]
-        axes.bar(xs, [v for v in values if v is not None], width=0.38, label=label)
+        drawn = [(i, row[c]) for i, c in enumerate(columns) if row[c] is not None]
+        bars = axes.bar([i + (offset - 0.5) * 0.38 for i, _ in drawn], [v for _, v in drawn], width=0.38, label=label)
+        for bar, (i, _) in zip(bars, drawn):
+            if offset == 0 and columns[i] in capped:
+                bar.set_hatch("//")
     axes.set_xticks(range(len(columns)), [TITLES[c] for c in columns])
+    notes = [f"{TITLES[part]}: first {cap} pairs per set only (hatched)" for part, cap in capped.items()]
     if card["ours"]["aggregate"] is None and card["ours"]["partial_aggregate"] is not None:
-        axes.set_xlabel("ours' aggregate is partial (see scorecard.md)")
+        notes.append("ours' aggregate is partial, not drawn (see scorecard.md)")
+    if notes:
+        axes.set_xlabel("; ".join(notes))
     axes.set_ylabel("score (%)")
     axes.set_ylim(0, 100)
     axes.set_title("BabyLM scorecard")
