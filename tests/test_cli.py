@@ -1,6 +1,8 @@
 """The `elc-bert` command's one error handler: a bad input is one line naming it and exit 2, any other failure one
 line and exit 1, `--debug` (or ELC_BERT_DEBUG=1) the traceback."""
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,6 +269,29 @@ def test_stdout_holds_the_result_alone_while_libraries_print_to_stderr(tmp_path,
     captured = capsys.readouterr()
     assert json.loads(captured.out) == {"eval_loss": 5.5}
     assert "'loss': 6.25" in captured.err and "outputs in" in captured.err
+
+
+def test_help_and_version_answer_without_importing_the_package():
+    """`elc-bert --help`, `--version` and a usage error are the parser's alone (`elc_bert_cli`): neither the package
+    nor torch nor transformers is imported (importing them takes seconds)."""
+    script = (
+        "import sys, elc_bert_cli\n"
+        "for argv in (['--help'], ['--version'], ['pretrain'], ['no-such-command']):\n"
+        "    try:\n"
+        "        elc_bert_cli.main(argv)\n"
+        "    except SystemExit as done:\n"
+        "        print('EXIT', done.code)\n"
+        "print('IMPORTED', sorted(m for m in ('elc_bert', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert [line for line in done.stdout.splitlines() if line.startswith("EXIT")] == [
+        "EXIT 0",
+        "EXIT 0",
+        "EXIT 2",
+        "EXIT 2",
+    ]
+    assert "IMPORTED []" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "usage: elc-bert" in done.stdout and "required: config" in done.stderr
 
 
 def test_the_citation_and_the_changelog_carry_the_version():

