@@ -26,8 +26,10 @@ from transformers import Trainer, TrainingArguments
 from elc_bert import (
     ElcBertConfig,
     ElcBertForMaskedLM,
+    ElcBertForMultipleChoice,
     ElcBertForSequenceClassification,
     ElcBertModel,
+    InputError,
 )
 from elc_bert.models.modeling_elc_bert import relative_position_buckets
 
@@ -53,6 +55,45 @@ def test_attn_implementation_through_from_config_and_from_pretrained(model_class
             outputs[implementation] = task_outputs(model_class, loaded(input_ids, attention_mask=attention_mask))
     for eager, sdpa in zip(outputs["eager"], outputs["sdpa"]):
         torch.testing.assert_close(sdpa, eager, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model_class, arch",
+    [
+        (ElcBertForMaskedLM, ("elc", "weighted_output")),
+        (ElcBertForMaskedLM, ("residual", "base")),
+        (ElcBertForMultipleChoice, ("elc", "base")),
+    ],
+    ids=["MaskedLM-elc-weighted_output", "MaskedLM-residual", "MultipleChoice-elc-base"],
+)
+def test_flex_attention_equals_eager_without_a_dense_bias(model_class, arch, tmp_path, monkeypatch):
+    """`attn_implementation="flex_attention"` (the relative terms as FlexAttention's score_mod over bucket indices,
+    padding as its block mask) gives the explicit softmax's outputs to 1e-5 on padded batches, and never builds the
+    B x H x T x T bias (no `gather` of the bucket table, which the other implementations use to build it). On CPU
+    FlexAttention runs without gradients only, as torch says."""
+    task_model(model_class, arch).save_pretrained(tmp_path)
+    input_ids, attention_mask = task_inputs(model_class)
+    eager = AUTO[model_class].from_pretrained(tmp_path, attn_implementation="eager")
+    flex = AUTO[model_class].from_pretrained(tmp_path, attn_implementation="flex_attention")
+    assert flex.config._attn_implementation == "flex_attention"
+    gathers = []
+    original_gather = torch.Tensor.gather
+    monkeypatch.setattr(torch.Tensor, "gather", lambda *a, **k: gathers.append(1) or original_gather(*a, **k))
+    with torch.no_grad():
+        expected = task_outputs(model_class, eager(input_ids, attention_mask=attention_mask))
+        gathers.clear()
+        actual = task_outputs(model_class, flex(input_ids, attention_mask=attention_mask))
+    assert gathers == []
+    for ours, theirs in zip(actual, expected):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+
+
+def test_flex_attention_refuses_attention_dropout_in_training():
+    model = task_model(ElcBertForMaskedLM, attn_implementation="flex_attention", attention_probs_dropout_prob=0.1)
+    input_ids, attention_mask = padded_batch([7, 4])
+    with pytest.raises(InputError, match="no attention dropout"):
+        model.train()(input_ids, attention_mask=attention_mask)
 
 
 @pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "normalized")], ids=arch_id)

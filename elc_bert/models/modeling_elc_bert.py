@@ -110,12 +110,52 @@ def eager_attention_forward(
     return context.transpose(1, 2).contiguous(), weights
 
 
+def relative_flex_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    block_mask,
+    scaling: float,
+    content_to_position: torch.Tensor,
+    position_to_content: torch.Tensor,
+    position_buckets: torch.Tensor,
+) -> torch.Tensor:
+    """The `"flex_attention"` implementation: `torch.nn.attention.flex_attention` with the disentangled relative bias as
+    its `score_mod`, read from the two B x H x T x (2P-1) tables at each pair's bucket (no B x H x T x T bias is made),
+    and padding as its block mask (`create_bidirectional_mask` builds one for this implementation; None: no padding).
+
+        score(i, j) = q_i . k_j * scaling + content_to_position[i, delta(i, j)] + position_to_content[j, delta(i, j)]
+
+    FlexAttention has no attention dropout: training with `attention_probs_dropout_prob` > 0 is refused. Returns the
+    context, B x T x H x d."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if module.training and module.config.attention_probs_dropout_prob > 0:
+        raise InputError(
+            'attn_implementation="flex_attention" has no attention dropout: train with '
+            "attention_probs_dropout_prob=0, or with sdpa"
+        )
+
+    def score_mod(score, batch, head, query_index, key_index):
+        bucket = position_buckets[query_index, key_index]
+        relative = (
+            content_to_position[batch, head, query_index, bucket] + position_to_content[batch, head, key_index, bucket]
+        )
+        return score + relative
+
+    context = flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
+    return context.transpose(1, 2).contiguous()
+
+
 class ElcBertAttention(nn.Module):
     """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms.
 
     The two positional terms form a B x H x T x T bias added to the scores; the attention itself runs through the
-    implementation named by `config._attn_implementation`: `"eager"` (explicit softmax, returns the probabilities) or
-    `"sdpa"` (`torch.nn.functional.scaled_dot_product_attention` with the bias as its float mask).
+    implementation named by `config._attn_implementation`: `"eager"` (explicit softmax, returns the probabilities),
+    `"sdpa"` (`torch.nn.functional.scaled_dot_product_attention` with the bias as its float mask) or
+    `"flex_attention"` (`relative_flex_attention`: the terms as a score_mod over bucket indices, no dense bias).
+    FlashAttention-2 takes no bias at all and cannot compute these scores: it is not offered.
     """
 
     is_causal = False
@@ -157,6 +197,20 @@ class ElcBertAttention(nn.Module):
 
         content_to_position = torch.matmul(query, key_position.transpose(-1, -2))  # B x H x T x (2P-1)
         position_to_content = torch.matmul(key, query_position.transpose(-1, -2))  # B x H x T x (2P-1)
+        if self.config._attn_implementation == "flex_attention":
+            context = relative_flex_attention(
+                self,
+                query,
+                key,
+                value,
+                attention_mask,
+                self.scaling,
+                content_to_position,
+                position_to_content,
+                position_buckets,
+            )
+            context = context.reshape(batch, length, width)
+            return self.dropout(self.post_layer_norm(self.out_proj(context))), None
         index = position_buckets.expand(batch, heads, length, length)
         bias = content_to_position.gather(-1, index)  # [i, j] <- row i at delta(i, j)
         bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # row j, delta(i, j)
@@ -361,6 +415,7 @@ class ElcBertPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elc_bert"
     supports_gradient_checkpointing = True
     _supports_sdpa = True
+    _supports_flex_attn = True  # relative_flex_attention
     _no_split_modules = ["ElcBertLayer"]
     # A model reads the backbone and its own head of a checkpoint; another task's head stays unused without a
     # warning. `position_indices` are the bucket tables the reference checkpoints store (recomputed here).
