@@ -42,19 +42,23 @@ def per_second(function, repeats: int) -> float:
     return repeats / (time.perf_counter() - start)
 
 
-def prepare_once(sources: list[str], tokenizer_dir: str, seq_length: int, cache_dir: str) -> dict:
+def prepare_once(sources: list[str], tokenizer_dir: str, seq_length: int, cache_dir: str, packing: str) -> dict:
     """One preparation as a run does it (in the calling process); its seconds and what it made."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     start = time.perf_counter()
-    samples = packed_samples(document_dataset(sources, "train", cache_dir=cache_dir), tokenizer, seq_length)
+    documents = document_dataset(sources, "train", cache_dir=cache_dir)
+    samples = packed_samples(documents, tokenizer, seq_length, packing=packing)
     seconds = time.perf_counter() - start
-    tokens = pc.sum(pc.list_value_length(samples.data.column("input_ids"))).as_py()
-    return {"seconds": seconds, "samples": len(samples), "tokens": tokens}
+    lengths = pc.list_value_length(samples.data.column("input_ids"))
+    tokens = pc.sum(lengths).as_py()
+    full = pc.sum(pc.equal(lengths, seq_length).cast("int64")).as_py()
+    return {"seconds": seconds, "samples": len(samples), "tokens": tokens, "full": full}
 
 
-def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir) -> dict:
+def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing) -> dict:
     """`prepare_once` in a new Python process: nothing of this one (imports, memoised hashes) helps it."""
     job = {"sources": sources, "tokenizer_dir": tokenizer_dir, "seq_length": seq_length, "cache_dir": cache_dir}
+    job["packing"] = packing
     result = subprocess.run(
         [sys.executable, __file__, "--prepare-job", json.dumps(job)], stdout=subprocess.PIPE, check=True, text=True
     )
@@ -65,7 +69,7 @@ def bench_prepare(args):
     with open(args.config, encoding="utf-8") as handle:
         config = yaml.safe_load(handle)
     sources = [str(Path(args.data_dir) / name) for name in config["train_files"]]
-    seq_length = config["seq_length"]
+    seq_length, packing = config["seq_length"], config.get("packing", "reference")  # PretrainConfig's default
     with tempfile.TemporaryDirectory(prefix="bench_data_") as scratch:
         tokenizer_dir = args.tokenizer
         if tokenizer_dir is None:
@@ -77,12 +81,18 @@ def bench_prepare(args):
             tokenizer.save_pretrained(tokenizer_dir)
             print(f"tokenizer: trained in {time.perf_counter() - start:.1f} s (vocabulary {len(tokenizer):,})")
         cache_dir = str(Path(scratch) / "cache")  # empty: the first run prepares everything
-        first = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir)
-        second = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir)
+        first = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing)
+        second = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing)
     if second["samples"] != first["samples"] or second["tokens"] != first["tokens"]:
         raise RuntimeError(f"the cached samples differ from the prepared ones: {first} vs {second}")
     print(f"corpus: {', '.join(config['train_files'])} under {args.data_dir}")
     print(f"samples: {first['samples']:,} of at most {seq_length} tokens ({first['tokens']:,} tokens)")
+    # What a GPU pays for: a batch is padded to seq_length, so the real tokens' share of its positions is this.
+    share = first["tokens"] / (first["samples"] * seq_length)
+    print(
+        f"real-token share of the padded samples: {share:.1%}; samples filled to {seq_length}: "
+        f"{first['full'] / first['samples']:.1%} (packing {packing})"
+    )
     print(f"first run (empty cache, fresh process): {first['seconds']:.2f} s")
     print(f"second run (same cache, fresh process): {second['seconds']:.3f} s")
     print(f"first / second ratio: {first['seconds'] / second['seconds']:,.0f}x (target >= 10x)")

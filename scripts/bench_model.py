@@ -9,9 +9,15 @@ Prints tokens/s, the activation memory of an eager training step (what autograd 
 ratios that docs/benchmarks.md records.
 
     python scripts/bench_model.py [--batch 32 --length 128 --steps 3 --rounds 2 --threads 2 --no-compile]
+    python scripts/bench_model.py --device cuda --bf16 [--attn-implementation flex_attention]
+
+On CUDA the table also gives each model's peak memory (`torch.cuda.max_memory_allocated`); `--bf16` runs the steps
+under bf16 autocast. FlexAttention has no CPU backward in torch 2.13, so `--attn-implementation flex_attention` needs
+a GPU.
 """
 
 import argparse
+import contextlib
 import time
 
 import torch
@@ -59,11 +65,13 @@ def build(name: str, vocab_size: int, attn_implementation: str):
     return ElcBertForMaskedLM(config)
 
 
-def time_steps(model, optimizer, batches, device) -> float:
-    """Tokens per second of training steps over `batches`."""
+def time_steps(model, optimizer, batches, device, bf16: bool = False) -> float:
+    """Tokens per second of training steps over `batches` (under bf16 autocast with `bf16`)."""
 
     def step(batch):
-        loss = model(**batch).loss
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with autocast:
+            loss = model(**batch).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -86,12 +94,20 @@ def main():
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds, after one warm-up round")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--attn-implementation", default="sdpa", choices=["eager", "sdpa"], help="of our models")
+    parser.add_argument(
+        "--attn-implementation", default="sdpa", choices=["eager", "sdpa", "flex_attention"], help="of our models"
+    )
+    parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled rows")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     device = torch.device(args.device)
+    if args.attn_implementation == "flex_attention" and device.type == "cpu":
+        parser.error(
+            "flex_attention has no CPU backward in torch 2.13: time it on a GPU (scripts/bench_attention.py "
+            "times its CPU inference)"
+        )
     vocab_size = ElcBertConfig.from_preset("strict-small").vocab_size
 
     batches = []
@@ -106,17 +122,21 @@ def main():
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in models.items()}
     steppers = {name: torch.compile(model) if name.endswith("compiled") else model for name, model in models.items()}
     speeds = {name: [] for name in models}
-    warmup = {}
+    warmup, peaks = {}, {}
     # Rounds interleave the models so that none gains from running later (warm caches) or loses from running first;
     # each model's best round counts. The first round is a warm-up (for the compiled models: the compilation).
     for round_index in range(args.rounds + 1):
         for name, model in steppers.items():
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
-            speed = time_steps(model, optimizers[name], batches, device)
+            speed = time_steps(model, optimizers[name], batches, device, args.bf16)
             if round_index == 0:
                 warmup[name] = time.perf_counter() - start
             else:
                 speeds[name].append(speed)
+                if device.type == "cuda":
+                    peaks[name] = max(peaks.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
     results = {
         name: (max(speeds[name]), None if name.endswith("compiled") else saved_activation_mib(model, batches[0]))
         for name, model in models.items()
@@ -125,12 +145,14 @@ def main():
     print(
         f"device {device}, threads {args.threads}, batch {args.batch} x length {args.length}, "
         f"best of {args.rounds} rounds of {args.steps} steps, attention {args.attn_implementation}"
+        + (", bf16 autocast" if args.bf16 else "")
     )
-    print("| model | tokens/s | activation memory (MiB) | warm-up round (s) |")
-    print("|---|---|---|---|")
+    print("| model | tokens/s | activation memory (MiB) | peak memory (MiB, CUDA) | warm-up round (s) |")
+    print("|---|---|---|---|---|")
     for name, (speed, memory) in results.items():
         memory = "" if memory is None else f"{memory:,.0f}"
-        print(f"| {name} | {speed:,.0f} | {memory} | {warmup[name]:.1f} |")
+        peak = f"{peaks[name]:,.0f}" if name in peaks else ""
+        print(f"| {name} | {speed:,.0f} | {memory} | {peak} | {warmup[name]:.1f} |")
     print()
     ratio = results["elc-bert"][0] / results["bert"][0]
     print(f"ELC-BERT / BERT tokens/s: {ratio:.2f}x (target >= 1.15x)")
