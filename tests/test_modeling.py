@@ -804,3 +804,36 @@ def test_an_eager_forward_reads_no_tensor_value_on_the_host(arch, monkeypatch):
     assert not reads, reads
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.full_like(input_ids, TINY["vocab_size"]), attention_mask=attention_mask)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("arch", [("elc", "base"), ("residual", "base")], ids=arch_id)
+def test_a_cuda_training_step_synchronises_nowhere_in_the_package(arch):
+    """On CUDA, under `torch.cuda.set_sync_debug_mode("warn")`, a training step (forward, loss, backward, LAMB step)
+    raises no synchronisation warning from the package's own lines (the library's code is not ours to judge)."""
+    import warnings
+
+    from elc_bert.training.optim import Lamb, parameter_groups
+
+    package = str(Path(elc_bert_package.__file__).parent)
+    model = task_model(ElcBertForMaskedLM, arch).cuda().train()
+    optimizer = Lamb(parameter_groups(model, 0.1), lr=1e-3)
+    input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch([9, 5]))
+    labels = torch.where(attention_mask.bool(), input_ids, -100)
+
+    def step():
+        model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # the first step initialises lazily (optimizer state, kernels)
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            step()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    ours = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if w.filename.startswith(package)]
+    assert not ours, ours
