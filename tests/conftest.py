@@ -50,7 +50,14 @@ torch.set_num_threads(1)
 
 # The session fixtures that take a job or a child process to build, and the xdist group of the tests that use them:
 # `make test` runs `pytest -n 2 --dist loadgroup`, so that each is built on one worker only.
-EXPENSIVE_FIXTURES = {"exported": "exports", "hub": "exports", "pretrain_run": "exports", "run": "handoffs-run"}
+# `wheel` (test_distribution.py) builds from the repository's own tree: two builds at once would share its build/.
+EXPENSIVE_FIXTURES = {
+    "exported": "exports",
+    "hub": "exports",
+    "pretrain_run": "exports",
+    "run": "handoffs-run",
+    "wheel": "wheel",
+}
 
 
 def pytest_collection_modifyitems(items):
