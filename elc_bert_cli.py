@@ -6,7 +6,9 @@ takes seconds): `elc-bert --help`, `--version` and a usage error answer at once,
 """
 
 import argparse
-from importlib.metadata import version
+import re
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 # The jobs driven by a YAML config (their config classes: `job_configs.CONFIG_CLASSES`): command -> (its configs/
 # folder, what it does).
@@ -45,11 +47,21 @@ def positive_int(text: str) -> int:
     return value
 
 
+def package_version() -> str:
+    """The installed distribution's version; in a checkout run without installing (`PYTHONPATH=.`), the one
+    `elc_bert/__init__.py` writes (read as text: importing the package would load torch)."""
+    try:
+        return version("elc_bert")
+    except PackageNotFoundError:
+        source = (Path(__file__).resolve().parent / "elc_bert" / "__init__.py").read_text(encoding="utf-8")
+        return re.search(r'^__version__ = "([^"]+)"', source, re.MULTILINE).group(1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `elc-bert` argument parser: one subcommand per job (a YAML config and key=value overrides) and per tool."""
     parser = argparse.ArgumentParser(prog="elc-bert", description="ELC-BERT, LTG-BERT and layer-fusion jobs.")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
-    parser.add_argument("--version", action="version", version=f"elc-bert {version('elc_bert')}")
+    parser.add_argument("--version", action="version", version=f"elc-bert {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     for job, (folder, what) in JOBS.items():
         formatter = argparse.RawDescriptionHelpFormatter

@@ -111,7 +111,9 @@ def test_accuracy_per_set_field_and_overall(toy_tokenizer, tmp_path):
     assert results["overall_pairs_wilson95"] == pytest.approx(list(wilson_interval(8, 11)))
 
     capped = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", max_pairs_per_set=1, progress=False)
-    assert capped["total"] == 4 and capped["sets"]["agr_a"]["total"] == 1
+    assert capped["total"] == 4 and capped["sets"]["agr_a"]["total"] == 1 and capped["max_pairs_per_set"] == 1
+    uncut = evaluate_blimp(model, toy_tokenizer, tmp_path / "data", max_pairs_per_set=1000, progress=False)
+    assert uncut["total"] == 11 and uncut["max_pairs_per_set"] is None  # a cap that cut nothing is no cap
     single = evaluate_blimp(model, toy_tokenizer, tmp_path / "data" / "agr_b.jsonl.gz", progress=False)
     assert list(single["sets"]) == ["agr_b"] and single["overall"] == pytest.approx(1.0)
 

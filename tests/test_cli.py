@@ -253,6 +253,22 @@ def test_version_is_written_once_and_printed(capsys):
     assert capsys.readouterr().out.strip() == f"elc-bert {elc_bert.__version__}" == f"elc-bert {version('elc_bert')}"
 
 
+def test_a_checkout_run_without_installing_still_knows_its_version(monkeypatch):
+    """Without distribution metadata (`PYTHONPATH=.` in a clone), the parser reads the version from
+    elc_bert/__init__.py as text instead of failing every command."""
+    import importlib.metadata
+
+    import elc_bert
+    import elc_bert_cli
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(elc_bert_cli, "version", missing)
+    assert elc_bert_cli.package_version() == elc_bert.__version__
+    assert elc_bert_cli.build_parser().parse_args(["scorecard", "run"]).command == "scorecard"
+
+
 def test_stdout_holds_the_result_alone_while_libraries_print_to_stderr(tmp_path, capsys, monkeypatch):
     """What a library prints during a job (the Trainer writes its log dicts through tqdm to stdout) goes to stderr,
     so that `elc-bert pretrain ... > result.json` holds the result alone."""

@@ -306,3 +306,28 @@ def test_sparse_prediction_is_a_config_field(tmp_path):
     model.save_pretrained(tmp_path)
     assert ElcBertForMaskedLM.from_pretrained(tmp_path).config.sparse_prediction is True
     assert ElcBertConfig(**TINY).sparse_prediction is False
+
+
+def test_flex_attention_takes_a_mask_tensor_as_older_transformers_give_it():
+    """Where `create_bidirectional_mask` gives a boolean B x 1 x 1 x T tensor instead of a BlockMask (a transformers
+    without flex masks, running the exported remote code), the flex path makes the block mask itself: same context
+    as with the BlockMask, for bool and additive masks."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from elc_bert.models.modeling_elc_bert import relative_flex_attention
+
+    model = task_model(ElcBertModel, attn_implementation="flex_attention").eval()
+    input_ids, attention_mask = padded_batch([9, 5])
+    generator = torch.Generator().manual_seed(0)
+    query, key, value = (torch.randn(2, TINY["num_attention_heads"], 9, 8, generator=generator) for _ in range(3))
+    tables = [torch.randn(2, TINY["num_attention_heads"], 9, 7, generator=generator) for _ in range(2)]
+    buckets = torch.randint(0, 7, (9, 9), generator=generator)
+    embeds = torch.zeros(2, 9, TINY["hidden_size"])
+    block_mask = create_bidirectional_mask(config=model.config, inputs_embeds=embeds, attention_mask=attention_mask)
+    keep = attention_mask.bool()[:, None, None, :]
+    layer = model.encoder.layers[0].attention
+    with torch.no_grad():
+        expected = relative_flex_attention(layer, query, key, value, block_mask, 0.2, *tables, buckets)
+        for mask in (keep, torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))):
+            actual = relative_flex_attention(layer, query, key, value, mask, 0.2, *tables, buckets)
+            torch.testing.assert_close(actual[attention_mask.bool()], expected[attention_mask.bool()])

@@ -114,6 +114,17 @@ with tempfile.TemporaryDirectory() as folder:
     assert type(AutoModel.from_pretrained(folder)).__name__ == "ElcBertModel"
     fusion = LayerFusionForTokenClassification.from_backbone(folder, fusion="dwatt", num_labels=3)
     assert fusion(ids).logits.shape == (2, 9, 3)
+# An LTG-BERT (no alpha heatmap to draw) exports with its card; the job configs import, for a job's --help.
+from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
+from elc_bert.hub.export import export
+import elc_bert.job_configs
+
+tokenizer = train_tokenizer(["the cat sat on the mat .", "a dog ran ."] * 20, vocab_size=64, min_frequency=1)
+ltg = ElcBertForMaskedLM(ElcBertConfig.from_preset("tiny", vocab_size=len(tokenizer), layer_combination="residual"))
+with tempfile.TemporaryDirectory() as folder:
+    ltg.save_pretrained(folder + "/model")
+    save_tokenizer(tokenizer, folder + "/model")
+    assert (export(folder + "/model", folder + "/hub") / "README.md").is_file()
 try:
     from elc_bert.training.pretrain import pretrain
 except ModuleNotFoundError as error:
@@ -126,6 +137,8 @@ print("ok")
 
 @pytest.mark.slow
 def test_the_base_install_loads_runs_and_saves_models_and_a_job_names_its_extra(base_env, tmp_path):
+    """In the base environment: models build, run, save and load; an LTG-BERT exports with its card; a job's --help
+    lists its config keys; a job itself names the extra it needs."""
     done = subprocess.run(
         [str(base_env), "-c", MODEL_ONLY.format(extras=EXTRA_MODULES)],
         capture_output=True,
@@ -134,6 +147,10 @@ def test_the_base_install_loads_runs_and_saves_models_and_a_job_names_its_extra(
         cwd=tmp_path,
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    help_text = subprocess.run(
+        [str(base_env.parent / "elc-bert"), "pretrain", "-h"], capture_output=True, text=True, timeout=600
+    )
+    assert help_text.returncode == 0 and "train_files" in help_text.stdout, help_text.stderr[-3000:]
     # The command line says which extra a job needs, as an input error (exit 2), before any work.
     job = subprocess.run(
         [str(base_env.parent / "elc-bert"), "pretrain", "tiny", "data_dir=."],

@@ -243,6 +243,14 @@ def test_the_card_names_a_sample_as_a_sample_and_lists_a_dataset_read_whole(expo
     assert "datasets" not in metadata
     assert "(a sample: 500 of its 10,000 test sentences) | " in text
     assert "(a sample: 2,000 of its 20,000 train sentences; 500 of its 10,000 dev sentences;" in text
+    # What the run read is provenance, not a metric: a card without the run's metrics still says it.
+    _, text = _card(export(kept, tmp_path / "out-sample-bare", run_dir=tmp_path / "sample", metrics=False))
+    assert "(a sample: 2,000 of its 20,000 train sentences;" in text and "model-index" not in text
+    # A cap above the split's size cut nothing: the whole dataset was read.
+    capped = tmp_path / "capped"
+    _, kept = _ner_run(capped, exported, test_f1, whole, data_dir="u", dataset="conll03", max_eval_sentences=5000)
+    metadata, text = _card(export(kept, tmp_path / "out-capped", run_dir=capped))
+    assert metadata["datasets"] == ["conll2003"] and "a sample" not in text
 
 
 def test_few_shot_ner_card_holds_the_test_f1_the_run_measured(exported, tmp_path):

@@ -137,7 +137,14 @@ def test_a_capped_blimp_is_labelled_and_never_drawn_or_aggregated_as_the_full_on
     card = scorecard(run)
     ours = card["ours"]
     assert ours["capped"] == {"blimp": 20} and ours["aggregate"] is None
-    assert "the full BLiMP (20 pairs per set only)" in ours["partial_label"]
+    assert (
+        "0.5 BLiMP (first 20 pairs per set)" in ours["partial_label"]
+        and "missing the full BLiMP" in ours["partial_label"]
+    )
+    # A capped supplement is not part of the aggregate: it does not withhold it.
+    write(run / "blimp.json", {"overall": 0.78})
+    write(run / "supplement.json", {"overall": 0.62, "max_pairs_per_set": 20})
+    assert build_scorecard(run)["ours"]["aggregate"] is not None
     table = (run / "scorecard.md").read_text()
     assert "| 78.0 (first 20 pairs per set: not the full test) |" in table
     [axes] = drawn[0].axes

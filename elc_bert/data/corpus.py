@@ -9,12 +9,12 @@ dataset, for corpora too large to download first.
 
 import json
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from ..extras import needs
 from ..models.errors import InputError
 from .pretraining import PACKINGS
+from .sources import DatasetSource
 from .text import corpus_files, file_documents, read_lines, read_text
 
 with needs("data", "the pretraining corpus (elc_bert.data.corpus)"):
@@ -24,21 +24,6 @@ with needs("data", "the pretraining corpus (elc_bert.data.corpus)"):
 
 DOCUMENT_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
 SAMPLE_FEATURES = datasets.Features({"input_ids": datasets.List(datasets.Value("int32"))})
-
-
-@dataclass(frozen=True)
-class DatasetSource:
-    """A corpus held in a `datasets` dataset: each row's `text_column` is one document, its lines the sentences.
-
-    `path` is a Hub dataset name (online) or a local folder that `datasets.load_dataset` reads, i.e. one holding data
-    files (`.txt`, `.jsonl`, `.csv`, `.parquet`, ...; a `train.jsonl` is the train split). A folder written by
-    `Dataset.save_to_disk` is not one: write it out with `to_parquet` / `to_json` instead.
-    """
-
-    path: str
-    name: str | None = None  # the dataset's configuration, e.g. "wikitext-103-raw-v1"
-    split: str = "train"
-    text_column: str = "text"
 
 
 def document_dataset(

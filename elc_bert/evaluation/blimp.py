@@ -322,6 +322,8 @@ def evaluate_blimp(
     if max_pairs_per_set is not None:
         if max_pairs_per_set < 1:
             raise InputError(f"max_pairs_per_set must be positive, got {max_pairs_per_set}")
+        if all(len(pairs) <= max_pairs_per_set for pairs in sets.values()):
+            max_pairs_per_set = None  # a cap that cuts no set: every pair is scored, and the report says so
         sets = {set_name: pairs[:max_pairs_per_set] for set_name, pairs in sets.items()}
     causal = is_causal_lm(model) if causal is None else causal
     scorer = causal_log_likelihoods if causal else pseudo_log_likelihoods

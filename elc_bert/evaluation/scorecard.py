@@ -132,7 +132,8 @@ def aggregate(parts: dict[str, float | None], glue_complete: bool, capped: dict 
     missing = [TITLES[part] for part in WEIGHTS if part not in present]
     if not glue_complete and "glue" in present:
         missing.append("some GLUE tasks")
-    missing += [f"the full {TITLES[part]} ({cap} pairs per set only)" for part, cap in (capped or {}).items()]
+    capped = {part: cap for part, cap in (capped or {}).items() if part in WEIGHTS}  # parts of the aggregate only
+    missing += [f"the full {TITLES[part]}" for part in capped]
     if not missing:
         value = sum(WEIGHTS[part] * present[part] for part in WEIGHTS)
         return {"aggregate": value, "partial_aggregate": None, "partial_label": None}
@@ -140,7 +141,10 @@ def aggregate(parts: dict[str, float | None], glue_complete: bool, capped: dict 
     if present:
         weight = sum(WEIGHTS[part] for part in present)
         partial = sum(WEIGHTS[part] * value for part, value in present.items()) / weight
-    terms = " + ".join(f"{WEIGHTS[part]} {TITLES[part]}" for part in present)
+    terms = " + ".join(
+        f"{WEIGHTS[part]} {TITLES[part]}" + (f" (first {capped[part]} pairs per set)" if part in capped else "")
+        for part in present
+    )
     label = f"partial: ({terms}) / {sum(WEIGHTS[p] for p in present):.1f}; missing {', '.join(missing)}"
     return {"aggregate": None, "partial_aggregate": partial, "partial_label": label if present else None}
 

@@ -9,6 +9,7 @@ left out, the card has no results and says why.
 
 import dataclasses
 import json
+import math
 import re
 import shutil
 from dataclasses import dataclass
@@ -83,13 +84,15 @@ def _fill(templates_dir: Path, name: str, **values) -> str:
 @dataclass(frozen=True)
 class Run:
     """What a card knows of the run that made its model: the job (None without a run), the config the job saved (its
-    config class), what the run measured, its folder, and why its metrics are left out (None: they are not)."""
+    config class), what the run measured, its folder, and why its metrics are left out (None: they are not);
+    `sentences`: what a finetune-ner run read per split (provenance, kept when the metrics are left out)."""
 
     job: str | None = None
     config: PretrainConfig | MlmConfig | FinetuneNerConfig | None = None
     metrics: dict = dataclasses.field(default_factory=dict)
     dir: Path | None = None
     left_out: str | None = None
+    sentences: dict = dataclasses.field(default_factory=dict)
 
 
 def read_run(run_dir: Path | None) -> Run:
@@ -108,7 +111,7 @@ def read_run(run_dir: Path | None) -> Run:
         else:
             metrics_file = run_dir / runs.METRICS
             metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
-        return Run(job, config, metrics, run_dir)
+        return Run(job, config, metrics, run_dir, sentences=metrics.get("sentences", {}))
     names = ", ".join(runs.JOB_CONFIGS[job] for job in jobs)
     raise InputNotFoundError(f"{run_dir}: not a run directory (none of {names})")
 
@@ -206,21 +209,24 @@ def ner_samples(run: Run) -> dict[str, str]:
     """{split ("train", "dev", "test"): how it is a sample} for the splits of a finetune-ner run that were not the whole
     split of the dataset: fewer sentences than the dataset's split has (`NER_SPLIT_SIZES`, from the sentence counts
     the run recorded), or a cap in the config (`max_eval_sentences`, `max_test_sentences`)."""
-    config, read = run.config, run.metrics.get("sentences", {})
+    config, read = run.config, run.sentences
     full = NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None), {})
     caps = {"dev": config.max_eval_sentences, "test": config.max_test_sentences}
     samples = {}
     for split in ("train", "dev", "test"):
-        if split in read and split in full and read[split] < full[split]:
-            samples[split] = f"{read[split]:,} of its {full[split]:,} {split} sentences"
-        elif caps.get(split) is not None:
-            samples[split] = f"its first {caps[split]:,} {split} sentences at most"
+        if split in read and split in full:
+            if read[split] < full[split]:
+                samples[split] = f"{read[split]:,} of its {full[split]:,} {split} sentences"
+        elif caps.get(split) is not None:  # a cap that may have cut the split: no more read than it, less than all
+            cap = caps[split]
+            if cap <= read.get(split, math.inf) and cap < full.get(split, math.inf):
+                samples[split] = f"its first {cap:,} {split} sentences at most"
     return samples
 
 
 def whole_ner_dataset(run: Run) -> bool:
     """Whether the finetune-ner run read every split of a dataset whose sizes are known, in full."""
-    config, read = run.config, run.metrics.get("sentences", {})
+    config, read = run.config, run.sentences
     full = NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None))
     return full is not None and all(read.get(split) == size for split, size in full.items()) and not ner_samples(run)
 
@@ -462,10 +468,11 @@ def papers_of(model) -> list[str]:
 
 
 def _citation(model, templates_dir: Path) -> str:
-    """The BibTeX entries of `papers_of(model)`, from the templates' references.bib."""
+    """The BibTeX entries of `papers_of(model)`, from the templates' references.bib (the package's own where a
+    templates folder of one's own has none)."""
     path = templates_dir / "references.bib"
     if not path.is_file():
-        raise InputNotFoundError(f"{path} is missing (templates_dir={templates_dir})")
+        path = TEMPLATES_DIR / "references.bib"
     entries = {}
     for entry in re.split(r"\n(?=@)", path.read_text(encoding="utf-8").strip()):
         match = re.match(r"@\w+\{([^,]+),", entry)

@@ -3,8 +3,8 @@
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
-from ..data.corpus import DatasetSource
 from ..data.pretraining import PACKINGS, SpanMaskingCollator
+from ..data.sources import DatasetSource
 from ..models import PRESETS, ElcBertConfig
 from ..models.errors import InputError
 from .fields import TRACKERS, check_fields, config_field, report_to_field, training_field

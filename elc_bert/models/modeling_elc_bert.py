@@ -123,18 +123,32 @@ def relative_flex_attention(
 ) -> torch.Tensor:
     """The `"flex_attention"` implementation: `torch.nn.attention.flex_attention` with the disentangled relative bias as
     its `score_mod`, read from the two B x H x T x (2P-1) tables at each pair's bucket (no B x H x T x T bias is made),
-    and padding as its block mask (`create_bidirectional_mask` builds one for this implementation; None: no padding).
+    and padding as its block mask (`create_bidirectional_mask` builds one for this implementation; None: no padding;
+    a B x 1 x T x T or B x 1 x 1 x T mask tensor, which a transformers without flex masks gives, is made into one).
 
         score(i, j) = q_i . k_j * scaling + content_to_position[i, delta(i, j)] + position_to_content[j, delta(i, j)]
 
     FlexAttention has no attention dropout: training with `attention_probs_dropout_prob` > 0 is refused. Returns the
     context, B x T x H x d."""
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     if module.training and module.config.attention_probs_dropout_prob > 0:
         raise InputError(
             'attn_implementation="flex_attention" has no attention dropout: train with '
             "attention_probs_dropout_prob=0, or with sdpa"
+        )
+
+    if isinstance(block_mask, torch.Tensor):  # a boolean or additive mask (a transformers without flex masks)
+        keep = block_mask if block_mask.dtype == torch.bool else block_mask == 0
+        batch_size, length = query.shape[0], query.shape[2]
+        keep = keep.expand(batch_size, 1, length, length)
+        block_mask = create_block_mask(
+            lambda batch, head, query_index, key_index: keep[batch, 0, query_index, key_index],
+            batch_size,
+            None,
+            length,
+            length,
+            device=query.device,
         )
 
     def score_mod(score, batch, head, query_index, key_index):
