@@ -7,6 +7,7 @@ seqeval are absent there.
 """
 
 import importlib.metadata
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,11 +21,24 @@ from packaging.utils import canonicalize_name
 EXTRA_MODULES = ("datasets", "matplotlib", "sklearn", "scipy", "seqeval", "peft")
 
 
+# What a build of the repository does not read: these top-level folders, and caches anywhere.
+NOT_SOURCES = {".git", ".venv", "build", "runs", "outputs", "results", "site"}
+CACHES = shutil.ignore_patterns("*.egg-info", "__pycache__", ".*_cache")
+
+
+def not_sources(folder: str, names: list[str]) -> set[str]:
+    return set(CACHES(folder, names)) | (NOT_SOURCES & set(names) if Path(folder) == REPO else set())
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
+    """The wheel, built from a copy of the repository's sources: nothing is written into the repository (no build/
+    folder whose files of removed modules would end up in the wheel, no race with a test reading the tree)."""
     out = tmp_path_factory.mktemp("wheel")
+    source = out / "source"
+    shutil.copytree(REPO, source, symlinks=True, ignore=not_sources)
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(source)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -94,6 +108,9 @@ def test_the_wheel_ships_the_model_card_templates_and_named_configs(wheel):
     assert "ner/conll03_fewshot_dwatt.yaml" in configs
     assert all(f"elc_bert/configs/{name}" in names for name in configs)
     assert "elc_bert/py.typed" in names and "elc_bert_cli.py" in names  # the parser of the `elc-bert` command
+    modules = {name for name in names if name.endswith(".py")}
+    sources = {path.relative_to(REPO).as_posix() for path in (REPO / "elc_bert").rglob("*.py")}
+    assert modules - {"elc_bert_cli.py"} == sources  # every module, and none that no longer exists
 
 
 MODEL_ONLY = """
