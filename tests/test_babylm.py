@@ -396,3 +396,17 @@ def test_fast_evaluation_folders_and_hub_dataset_ids(tmp_path, monkeypatch):
     assert babylm.resolve_data("someone/babylm-eval") == data and calls == [("someone/babylm-eval", "dataset")]
     with pytest.raises(FileNotFoundError, match="nor a Hub dataset id"):
         babylm.resolve_data(tmp_path / "missing")
+
+
+def test_the_wug_tests_name_the_eval_extra_before_anything_is_read(tmp_path, monkeypatch):
+    """Spearman's rho needs scipy (the `eval` extra): a missing one is named before any data is read or scored."""
+    import importlib.util
+
+    from elc_bert import InputError
+    from elc_bert.evaluation.babylm import evaluate_babylm
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else found(name, *a))
+    with pytest.raises(InputError, match=r'pip install "elc_bert\[eval\]"'):
+        evaluate_babylm("no-such-model", tmp_path / "no-data", tmp_path / "out", tasks=["blimp", "wug_adj"])
+    assert not (tmp_path / "out").exists()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.jsonl import read_jsonl
-from ..extras import needs
+from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
@@ -385,6 +385,8 @@ def evaluate_babylm(
             raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     if temperature <= 0:
         raise InputError(f"temperature must be positive, got {temperature}")
+    if any(TASKS[task].metric == "spearman" for task in tasks):  # said now, not after the tasks before them
+        require("eval", what="the wug tests' Spearman correlation")
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
     revisions = model_folders(model, all_checkpoints)
