@@ -30,19 +30,24 @@ def save(figure, path: str | Path) -> None:
     figure.savefig(path, dpi=DPI)
 
 
+def _label_and_save(figure, axes, path, xlabel: str, ylabel: str, title: str, legend: bool) -> None:
+    """The axis labels, title, grid and (for several series) legend of a line plot, then the PNG at `path`."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title)
+    axes.grid(alpha=0.3)
+    if legend:
+        axes.legend()
+    save(figure, path)
+
+
 def plot_curves(path: str | Path, curves: dict[str, tuple[list, list]], xlabel: str, ylabel: str, title: str) -> None:
     """One line per named (x, y) curve, saved as a PNG at `path`."""
     figure = new_figure(6, 4)
     axes = figure.subplots()
     for name, (x, y) in curves.items():
         axes.plot(x, y, label=name, marker="." if len(x) < 60 else None)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
-    axes.grid(alpha=0.3)
-    if len(curves) > 1:
-        axes.legend()
-    save(figure, path)
+    _label_and_save(figure, axes, path, xlabel, ylabel, title, legend=len(curves) > 1)
 
 
 def plot_means_against_counts(
@@ -73,13 +78,7 @@ def plot_means_against_counts(
         axes.set_xlim(min(counts) / 10 ** (1 / 3), max(counts) * 10 ** (1 / 3))
     if ylim is not None:
         axes.set_ylim(*ylim)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
-    axes.grid(alpha=0.3)
-    if len(series) > 1:
-        axes.legend()
-    save(figure, path)
+    _label_and_save(figure, axes, path, xlabel, ylabel, title, legend=len(series) > 1)
 
 
 def draw_layer_weights(axes, alpha, title: str = "ELC layer weights alpha"):

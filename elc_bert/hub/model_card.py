@@ -205,12 +205,16 @@ def run_corpora(run: Run) -> tuple[list[Corpus], list[Corpus]]:
     return [], []
 
 
+def ner_split_sizes(config: FinetuneNerConfig) -> dict[str, int] | None:
+    """The sentences in each split of the run's dataset (`NER_SPLIT_SIZES`), or None where they are not known."""
+    return NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None))
+
+
 def ner_samples(run: Run) -> dict[str, str]:
     """{split ("train", "dev", "test"): how it is a sample} for the splits of a finetune-ner run that were not the whole
     split of the dataset: fewer sentences than the dataset's split has (`NER_SPLIT_SIZES`, from the sentence counts
     the run recorded), or a cap in the config (`max_eval_sentences`, `max_test_sentences`)."""
-    config, read = run.config, run.sentences
-    full = NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None), {})
+    config, read, full = run.config, run.sentences, ner_split_sizes(run.config) or {}
     caps = {"dev": config.max_eval_sentences, "test": config.max_test_sentences}
     samples = {}
     for split in ("train", "dev", "test"):
@@ -226,8 +230,7 @@ def ner_samples(run: Run) -> dict[str, str]:
 
 def whole_ner_dataset(run: Run) -> bool:
     """Whether the finetune-ner run read every split of a dataset whose sizes are known, in full."""
-    config, read = run.config, run.sentences
-    full = NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None))
+    read, full = run.sentences, ner_split_sizes(run.config)
     return full is not None and all(read.get(split) == size for split, size in full.items()) and not ner_samples(run)
 
 
