@@ -125,10 +125,16 @@ def report(plan: dict) -> None:
         "",
         f"Chosen: **{choice[0]:g}**" if choice else "Chosen: none yet (runs missing, or none learns with every seed)",
     ]
+    missing = [run_name(lr, seed) for lr, finals, _, _ in table for seed, f in zip(plan["seeds"], finals) if f is None]
+    if choice and missing:
+        lines[-1] += f" (provisional: {', '.join(missing)} not finished)"
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     (out / "results.json").write_text(
-        json.dumps({"unigram_loss": unigram, "runs": rows, "chosen": choice and choice[0]}, indent=2) + "\n"
+        json.dumps(
+            {"unigram_loss": unigram, "runs": rows, "chosen": choice and choice[0], "unfinished": missing}, indent=2
+        )
+        + "\n"
     )
     curves = {name: curve for name, curve in curves.items() if curve[0]}
     if curves:
