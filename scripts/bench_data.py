@@ -7,9 +7,12 @@ second, both in this process at the pretraining shape (batch 32 x length 128) wi
 the local stand-in corpus for configs/pretrain/tiny.yaml), `packed_samples(document_dataset(...))`, timed in a fresh
 process with an empty cache folder (first run) and then in another fresh process with that cache (rerun or resume).
 The tokenizer is `--tokenizer`, or one trained on the corpus first with the config's vocab_size / min_frequency.
+Then `pack_rows` on these samples: the real-token share of the positions of the config's batches (one epoch, short_p
+cuts drawn as in training), one sample per row against several to a row, and training steps of a strict-small
+ELC-BERT on `--rounds` such batches both ways: real tokens/s and their ratio, in this process.
 
     python scripts/bench_data.py [--batch 32 --length 128 --threads 2]
-    python scripts/bench_data.py --prepare [--config configs/pretrain/tiny.yaml --data-dir ../shared/data]
+    python scripts/bench_data.py --prepare [--config configs/pretrain/tiny.yaml --data-dir ../shared/data --rounds 4]
 """
 
 import argparse
@@ -27,9 +30,10 @@ from transformers import AutoTokenizer
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.data.corpus import document_dataset, packed_samples
-from elc_bert.data.pretraining import SpanMaskingCollator
+from elc_bert.data.pretraining import SpanMaskingCollator, schedule_batches
 from elc_bert.data.text import corpus_files, read_documents
 from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert.training.pretrain import padded_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +56,7 @@ def prepare_once(sources: list[str], tokenizer_dir: str, seq_length: int, cache_
     lengths = pc.list_value_length(samples.data.column("input_ids"))
     tokens = pc.sum(lengths).as_py()
     full = pc.sum(pc.equal(lengths, seq_length).cast("int64")).as_py()
-    return {"seconds": seconds, "samples": len(samples), "tokens": tokens, "full": full}
+    return {"seconds": seconds, "samples": len(samples), "tokens": tokens, "full": full, "lengths": lengths.to_pylist()}
 
 
 def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing) -> dict:
@@ -96,6 +100,60 @@ def bench_prepare(args):
     print(f"first run (empty cache, fresh process): {first['seconds']:.2f} s")
     print(f"second run (same cache, fresh process): {second['seconds']:.3f} s")
     print(f"first / second ratio: {first['seconds'] / second['seconds']:,.0f}x (target >= 10x)")
+    bench_shared_rows(first["lengths"], config, args)
+
+
+def bench_shared_rows(lengths: list[int], config: dict, args) -> None:
+    """`pack_rows` on the corpus's samples: the real-token share of one epoch of the config's batches (short_p cuts
+    drawn as the collator draws them) and training steps on `args.rounds` of those batches, both ways."""
+    seq_length, batch_size = config["seq_length"], config["batch_size"]
+    short_p = config.get("short_p", 0.1)  # PretrainConfig's default
+    generator = torch.Generator().manual_seed(0)
+
+    def drawn(n: int) -> int:  # [CLS] content [SEP], the content cut to a length uniform in [1, seq_length - 2)
+        if torch.rand(1, generator=generator) >= short_p:
+            return n
+        return min(n, int(torch.randint(1, seq_length - 2, (1,), generator=generator)) + 2)
+
+    order = schedule_batches(len(lengths), batch_size, len(lengths) // batch_size, seed=0)
+    batches = [[drawn(lengths[i]) for i in batch] for batch in order]
+    real = sum(map(sum, batches))
+    padded = sum(padded_positions(batch) for batch in batches)
+    shared = sum(padded_positions(batch, seq_length) for batch in batches)
+    print(
+        f"pack_rows over one epoch of batches of {batch_size} (short_p {short_p}): real-token share "
+        f"{real / padded:.1%} one sample per row, {real / shared:.1%} several to a row "
+        f"({padded / shared:.2f}x fewer positions)"
+    )
+    model_config = ElcBertConfig.from_preset("strict-small", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    model = ElcBertForMaskedLM(model_config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    rows = {
+        pack: [
+            SpanMaskingCollator(4, 3, model_config.vocab_size, max_length=seq_length, pack_rows=pack)(
+                [
+                    [1] + torch.randint(7, model_config.vocab_size, (n - 2,), generator=generator).tolist() + [2]
+                    for n in batch
+                ]
+            )
+            for batch in batches[: args.rounds]
+        ]
+        for pack in (False, True)
+    }
+    seconds = {}
+    for pack in (False, True, False, True):  # interleaved, the first pass of each a warm-up
+        start = time.perf_counter()
+        for batch in rows[pack]:
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        seconds[pack] = time.perf_counter() - start
+    tokens = sum(map(sum, batches[: args.rounds]))
+    print(
+        f"training steps (strict-small ELC-BERT, {args.rounds} batches, {args.threads} threads): real tokens/s "
+        f"{tokens / seconds[False]:,.0f} one sample per row, {tokens / seconds[True]:,.0f} several to a row: "
+        f"{seconds[False] / seconds[True]:.2f}x"
+    )
 
 
 def main():
@@ -107,6 +165,7 @@ def main():
     parser.add_argument("--config", default=str(ROOT / "configs" / "pretrain" / "tiny.yaml"))
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--tokenizer", help="a saved tokenizer's folder (default: train one on the corpus)")
+    parser.add_argument("--rounds", type=int, default=4, help="--prepare: batches timed each way for pack_rows")
     parser.add_argument("--prepare-job", help=argparse.SUPPRESS)  # a fresh process's run of `prepare_once`
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

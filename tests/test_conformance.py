@@ -308,26 +308,76 @@ def test_sparse_prediction_is_a_config_field(tmp_path):
     assert ElcBertConfig(**TINY).sparse_prediction is False
 
 
-def test_flex_attention_takes_a_mask_tensor_as_older_transformers_give_it():
-    """Where `create_bidirectional_mask` gives a boolean B x 1 x 1 x T tensor instead of a BlockMask (a transformers
-    without flex masks, running the exported remote code), the flex path makes the block mask itself: same context
-    as with the BlockMask, for bool and additive masks."""
-    from transformers.masking_utils import create_bidirectional_mask
-
-    from elc_bert.models.modeling_elc_bert import relative_flex_attention
+def test_flex_attention_takes_a_mask_tensor_as_older_transformers_give_it(monkeypatch):
+    """Where `create_bidirectional_mask` gives a boolean (or additive) B x 1 x 1 x T tensor instead of a BlockMask (a
+    transformers without flex masks, running the exported remote code), the model makes the block mask itself: the
+    same outputs as with the BlockMask."""
+    from elc_bert.models import modeling_elc_bert
 
     model = task_model(ElcBertModel, attn_implementation="flex_attention").eval()
     input_ids, attention_mask = padded_batch([9, 5])
-    generator = torch.Generator().manual_seed(0)
-    query, key, value = (torch.randn(2, TINY["num_attention_heads"], 9, 8, generator=generator) for _ in range(3))
-    tables = [torch.randn(2, TINY["num_attention_heads"], 9, 7, generator=generator) for _ in range(2)]
-    buckets = torch.randint(0, 7, (9, 9), generator=generator)
-    embeds = torch.zeros(2, 9, TINY["hidden_size"])
-    block_mask = create_bidirectional_mask(config=model.config, inputs_embeds=embeds, attention_mask=attention_mask)
-    keep = attention_mask.bool()[:, None, None, :]
-    layer = model.encoder.layers[0].attention
+    real = attention_mask.bool()
     with torch.no_grad():
-        expected = relative_flex_attention(layer, query, key, value, block_mask, 0.2, *tables, buckets)
-        for mask in (keep, torch.zeros(keep.shape).masked_fill(~keep, float("-inf"))):
-            actual = relative_flex_attention(layer, query, key, value, mask, 0.2, *tables, buckets)
-            torch.testing.assert_close(actual[attention_mask.bool()], expected[attention_mask.bool()])
+        expected = model(input_ids, attention_mask=attention_mask).last_hidden_state[real]
+    for tensor_mask in (real[:, None, None, :], torch.zeros(2, 1, 1, 9).masked_fill(~real[:, None, None, :], -1e9)):
+        monkeypatch.setattr(modeling_elc_bert, "create_bidirectional_mask", lambda *a, mask=tensor_mask, **k: mask)
+        with torch.no_grad():
+            actual = model(input_ids, attention_mask=attention_mask).last_hidden_state[real]
+        torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
+
+
+# ============================================================================== packed sequences
+def packed_rows(sequences: list[list[list[int]]]):
+    """Rows of several sequences each, as transformers' `DataCollatorWithFlattening` lays one row out (position ids
+    restarting at each sequence), right-padded to the longest row: input_ids, attention_mask, position_ids."""
+    from transformers import DataCollatorWithFlattening
+
+    flatten = DataCollatorWithFlattening(return_tensors="pt")
+    rows = [flatten([{"input_ids": ids} for ids in row]) for row in sequences]
+    length = max(row["input_ids"].shape[1] for row in rows)
+    input_ids = torch.full((len(rows), length), 3)
+    attention_mask = torch.zeros(len(rows), length, dtype=torch.long)
+    position_ids = torch.arange(length).repeat(len(rows), 1)  # padding: any positions
+    for k, row in enumerate(rows):
+        n = row["input_ids"].shape[1]
+        input_ids[k, :n], attention_mask[k, :n], position_ids[k, :n] = row["input_ids"][0], 1, row["position_ids"][0]
+    return input_ids, attention_mask, position_ids
+
+
+@pytest.mark.parametrize("implementation", [*IMPLEMENTATIONS, "flex_attention"])
+@pytest.mark.parametrize("arch", [("residual", "base"), ("elc", "base"), ("elc", "weighted_output")], ids=arch_id)
+def test_packed_sequences_get_the_outputs_each_has_alone(arch, implementation):
+    """Several sequences in one row, told apart by position ids as transformers' `DataCollatorWithFlattening` makes
+    them (with padding after some rows): every token's last hidden state and every layer's state equal those of its
+    sequence run alone, to 1e-5. Attention stays inside each sequence (relative positions need no reset)."""
+    model = task_model(ElcBertModel, arch, attn_implementation=implementation).eval()
+    generator = torch.Generator().manual_seed(1)
+    lengths = [[5, 9, 3], [7], [4, 4]]
+    sequences = [
+        [torch.randint(7, TINY["vocab_size"], (n,), generator=generator).tolist() for n in row] for row in lengths
+    ]
+    input_ids, attention_mask, position_ids = packed_rows(sequences)
+    with torch.no_grad():
+        packed = model(input_ids, attention_mask=attention_mask, position_ids=position_ids, output_hidden_states=True)
+        for k, row in enumerate(sequences):
+            start = 0
+            for ids in row:
+                alone = model(torch.tensor([ids]), output_hidden_states=True)
+                for ours, theirs in zip(
+                    (packed.last_hidden_state, *packed.hidden_states), (alone.last_hidden_state, *alone.hidden_states)
+                ):
+                    torch.testing.assert_close(ours[k, start : start + len(ids)], theirs[0], rtol=0, atol=1e-5)
+                start += len(ids)
+
+
+def test_position_ids_counting_up_change_nothing_and_a_wrong_shape_is_named():
+    model = task_model(ElcBertForMaskedLM).eval()
+    input_ids, attention_mask = padded_batch([9, 5])
+    real = attention_mask.bool()
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask).logits
+        for position_ids in (torch.arange(9)[None], torch.arange(9).repeat(2, 1)):
+            actual = model(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+            torch.testing.assert_close(actual[real], expected[real], rtol=0, atol=1e-5)
+    with pytest.raises(InputError, match=r"position_ids has shape \(2, 8\)"):
+        model(input_ids, attention_mask=attention_mask, position_ids=torch.arange(8).repeat(2, 1))

@@ -161,3 +161,50 @@ def test_short_samples_share_and_lengths():
     ends = batch["input_ids"][torch.arange(400), lengths - 1]
     assert (ends == 2).all()  # [SEP] closes a shortened sample again
     assert torch.equal(_collator(seed=1, short_p=0.1)(examples)["attention_mask"].sum(1), original)  # no draw: none
+
+
+def test_shared_rows_hold_every_sample_with_its_masks_in_fewer_rows():
+    """`pack_rows`: each sample of the padded batch sits whole in one row of at most max_length tokens, with its
+    masked ids and labels unchanged and position ids 0..n-1; rows are fuller (first fit, longest first)."""
+    from elc_bert.data.pretraining import first_fit_rows
+
+    examples = [example[: 10 + 7 * k] + [2] for k, example in enumerate(_batch(rows=16, length=128, seed=2))]
+    padded = _collator(seed=4, short_p=0.1)(examples, draw=3)
+    packed = _collator(seed=4, short_p=0.1, pack_rows=True)(examples, draw=3)
+    lengths = padded["attention_mask"].sum(1).tolist()
+    assert packed["input_ids"].shape[1] <= 128 and len(packed["input_ids"]) < len(examples)
+    assert packed["attention_mask"].sum() == padded["attention_mask"].sum()
+    found = []
+    for row in range(len(packed["input_ids"])):
+        positions = packed["position_ids"][row].tolist()
+        starts = [t for t in range(len(positions)) if positions[t] == 0] + [int(packed["attention_mask"][row].sum())]
+        for start, end in zip(starts, starts[1:]):
+            matches = [
+                k
+                for k, n in enumerate(lengths)
+                if n == end - start
+                and torch.equal(packed["input_ids"][row, start:end], padded["input_ids"][k, :n])
+                and torch.equal(packed["labels"][row, start:end], padded["labels"][k, :n])
+            ]
+            assert matches and positions[start:end] == list(range(end - start))
+            found.append(matches[0])
+    assert sorted(found) == list(range(len(examples)))
+    assert first_fit_rows([5, 9, 3, 4, 8], 12) == [[1, 2], [4, 3], [0]]  # 9+3, 8+4, 5
+
+
+def test_a_shared_row_batch_gives_the_padded_batchs_loss():
+    """The MLM loss of the shared-row batch equals the padded batch's (dropout off): the model keeps each sample's
+    attention to itself, so packing changes no number the training reads."""
+    from helpers import TINY, build_model
+
+    from elc_bert import ElcBertForMaskedLM
+
+    examples = [[1] + [7 + (3 * k + j) % 80 for j in range(5 + 4 * k)] + [2] for k in range(8)]
+    model = build_model(ElcBertForMaskedLM).eval()
+    losses = []
+    for pack_rows in (False, True):
+        batch = SpanMaskingCollator(4, 3, TINY["vocab_size"], seed=1, mask_p=0.3, pack_rows=pack_rows)(examples, draw=2)
+        with torch.no_grad():
+            losses.append(model(**batch).loss)
+    assert len(batch["input_ids"]) < len(examples)
+    torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-5)

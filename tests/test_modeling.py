@@ -774,8 +774,9 @@ def test_forward_rejects_bad_input_naming_the_argument(model_class):
 
 
 # ============================================================================== no host reads in forward
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("arch", ARCHITECTURES, ids=arch_id)
-def test_an_eager_forward_reads_no_tensor_value_on_the_host(arch, monkeypatch):
+def test_an_eager_forward_reads_no_tensor_value_on_the_host(arch, packed, monkeypatch):
     """On CUDA every `Tensor.item` / `int(tensor)` / `bool(tensor)` is a host-device synchronisation: the package's
     forward and loss make none (spied on the CPU; the library's own code is not ours to judge). Ids outside the
     vocabulary are still named, once the lookup has failed."""
@@ -800,7 +801,8 @@ def test_an_eager_forward_reads_no_tensor_value_on_the_host(arch, monkeypatch):
     labels = torch.where(attention_mask.bool(), input_ids, -100)
     for name in ("item", "__int__", "__bool__", "__float__", "__index__", "tolist"):
         spy(name)
-    model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+    position_ids = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4], [0, 1, 2, 0, 1, 5, 6, 7, 8]]) if packed else None
+    model(input_ids, attention_mask=attention_mask, labels=labels, position_ids=position_ids).loss.backward()
     assert not reads, reads
     with pytest.raises(ValueError, match="outside the vocabulary"):
         model(torch.full_like(input_ids, TINY["vocab_size"]), attention_mask=attention_mask)

@@ -1,5 +1,6 @@
-"""Pretraining data: packing documents into samples (the reference cache's rule, or whole sentences) and the
-reference recipe's span-masking collator (the ELC-BERT paper, arXiv 2311.02265).
+"""Pretraining data: packing documents into samples (the reference cache's rule, or whole sentences), the
+reference recipe's span-masking collator (the ELC-BERT paper, arXiv 2311.02265), and the samples of a batch laid
+several to a row (`shared_rows`).
 
 The collator is vectorised over the batch and over candidate spans: no Python loop per sample or per span.
 """
@@ -63,6 +64,48 @@ def fill_segments(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int)
 PACKINGS = {"reference": fill_segments, "sentences": pack_sentences}
 
 
+def first_fit_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """The indices of samples of the given lengths laid several to a row of at most `capacity` tokens: longest first,
+    each into the first row with room (first-fit decreasing; ties in index order). A sample longer than `capacity`
+    has a row of its own."""
+    rows: list[list[int]] = []
+    room: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for row, free in enumerate(room):
+            if lengths[index] <= free:
+                rows[row].append(index)
+                room[row] -= lengths[index]
+                break
+        else:
+            rows.append([index])
+            room.append(capacity - lengths[index])
+    return rows
+
+
+def shared_rows(batch: dict[str, torch.Tensor], capacity: int, pad_token_id: int) -> dict[str, torch.Tensor]:
+    """The samples of a right-padded batch (input_ids, attention_mask, labels: B x T) laid several to a row of at most
+    `capacity` tokens (`first_fit_rows`), with `position_ids` restarting at each sample, as
+    `transformers.DataCollatorWithFlattening` marks them: a model that keeps attention inside each sample (ELC-BERT
+    and LTG-BERT do: `packed_sequence_mask`) gives every token what it gets in the padded batch, with less padding.
+    Positions after a row's last sample go on counting (padding)."""
+    lengths = batch["attention_mask"].sum(1).tolist()
+    layout = first_fit_rows(lengths, capacity)
+    width = max(sum(lengths[i] for i in row) for row in layout)
+    fills = {"input_ids": pad_token_id, "attention_mask": 0, "labels": -100}
+    packed = {key: torch.full((len(layout), width), fill, dtype=batch[key].dtype) for key, fill in fills.items()}
+    packed["position_ids"] = torch.arange(width).repeat(len(layout), 1)
+    for row, samples in enumerate(layout):
+        start = 0
+        for index in samples:
+            n = lengths[index]
+            for key in fills:
+                packed[key][row, start : start + n] = batch[key][index, :n]
+            packed["position_ids"][row, start : start + n] = torch.arange(n)
+            start += n
+        packed["position_ids"][row, start:] = torch.arange(n, n + width - start)
+    return packed
+
+
 @dataclass
 class SpanMaskingCollator:
     """Pads token-id sequences into a batch and masks spans for MLM, as the reference recipe does.
@@ -83,6 +126,9 @@ class SpanMaskingCollator:
     processes (or accumulation steps) is masked exactly as it is in one piece. A sample drawn again in a later epoch
     gets new masks, as in the reference, where masks are drawn each time a sample is read; `draw` None (validation)
     gives each sample the same masks every time.
+
+    With `pack_rows`, the masked samples are then laid several to a row of `max_length` tokens (`shared_rows`, with
+    `position_ids` marking each sample): the same samples, masks and labels, in fewer, fuller rows.
     """
 
     mask_token_id: int
@@ -97,6 +143,7 @@ class SpanMaskingCollator:
     seed: int = 0
     short_p: float = 0.0
     max_length: int = 128
+    pack_rows: bool = False
 
     def __post_init__(self):
         if not 0 < self.mask_p < 1:
@@ -124,7 +171,10 @@ class SpanMaskingCollator:
             input_ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
             attention_mask[row, : len(sequence)] = 1
         masked, labels = self.mask(input_ids, attention_mask, draw)
-        return {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+        batch = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
+        if self.pack_rows:
+            batch = shared_rows(batch, max(max_length or self.max_length, length), self.pad_token_id)
+        return batch
 
     def _generator(self, ids: bytes, draw: int | None, stream: int = 0) -> torch.Generator:
         """A generator seeded by `seed`, the ids, `draw` and `stream` (0: masking, 1: shortening)."""

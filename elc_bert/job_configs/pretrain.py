@@ -72,6 +72,11 @@ class PretrainConfig:
         "how documents become samples: reference (the reference cache: filled across sentences, cut inside the "
         "overflowing sentence, which starts the next sample again) or sentences (whole sentences only)",
     )
+    pack_rows: bool = config_field(
+        False,
+        "lay the samples of each micro-batch several to a row of seq_length tokens, each attending to itself alone "
+        "(position_ids mark them): the same samples, masks and loss as one sample per row, with less padding",
+    )
     torch_compile: bool = config_field(False, "train the torch.compile'd model (TrainingArguments.torch_compile)")
     data_cache_dir: str | None = config_field(
         None, "where the tokenized, packed corpus is cached (null: the datasets cache)"

@@ -123,32 +123,18 @@ def relative_flex_attention(
 ) -> torch.Tensor:
     """The `"flex_attention"` implementation: `torch.nn.attention.flex_attention` with the disentangled relative bias as
     its `score_mod`, read from the two B x H x T x (2P-1) tables at each pair's bucket (no B x H x T x T bias is made),
-    and padding as its block mask (`create_bidirectional_mask` builds one for this implementation; None: no padding;
-    a B x 1 x T x T or B x 1 x 1 x T mask tensor, which a transformers without flex masks gives, is made into one).
+    and padding (and packed samples) as its block mask (`ElcBertModel.block_inputs` makes it; None: attend to all).
 
         score(i, j) = q_i . k_j * scaling + content_to_position[i, delta(i, j)] + position_to_content[j, delta(i, j)]
 
     FlexAttention has no attention dropout: training with `attention_probs_dropout_prob` > 0 is refused. Returns the
     context, B x T x H x d."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     if module.training and module.config.attention_probs_dropout_prob > 0:
         raise InputError(
             'attn_implementation="flex_attention" has no attention dropout: train with '
             "attention_probs_dropout_prob=0, or with sdpa"
-        )
-
-    if isinstance(block_mask, torch.Tensor):  # a boolean or additive mask (a transformers without flex masks)
-        keep = block_mask if block_mask.dtype == torch.bool else block_mask == 0
-        batch_size, length = query.shape[0], query.shape[2]
-        keep = keep.expand(batch_size, 1, length, length)
-        block_mask = create_block_mask(
-            lambda batch, head, query_index, key_index: keep[batch, 0, query_index, key_index],
-            batch_size,
-            None,
-            length,
-            length,
-            device=query.device,
         )
 
     def score_mod(score, batch, head, query_index, key_index):
@@ -160,6 +146,37 @@ def relative_flex_attention(
 
     context = flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
     return context.transpose(1, 2).contiguous()
+
+
+def as_block_mask(mask: torch.Tensor, batch_size: int, length: int):
+    """A FlexAttention block mask of a boolean or additive B x 1 x T x T (or B x 1 x 1 x T) mask tensor."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    keep = (mask if mask.dtype == torch.bool else mask == 0).expand(batch_size, 1, length, length)
+    return create_block_mask(
+        lambda batch, head, query_index, key_index: keep[batch, 0, query_index, key_index],
+        batch_size,
+        None,
+        length,
+        length,
+        device=mask.device,
+    )
+
+
+def packed_sequence_mask(position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The B x 1 x T x T boolean mask (True: attend) of rows that hold several sequences one after the other, told
+    apart by `position_ids` (B x T or 1 x T) as `transformers.DataCollatorWithFlattening` makes them: a sequence starts
+    wherever a position is not the one before plus 1. Each token attends to the real tokens (`attention_mask`, B x T,
+    1 = real; None: all) of its own sequence; a padding token, to every real token (no row is empty). Built on the
+    device without reading a value on the host."""
+    starts = torch.ones_like(position_ids, dtype=torch.bool)
+    starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
+    sequence = starts.cumsum(-1)
+    keep = sequence[:, :, None] == sequence[:, None, :]
+    if attention_mask is not None:
+        real = attention_mask.bool()
+        keep = (keep | ~real[:, :, None]) & real[:, None, :]
+    return keep[:, None]
 
 
 class ElcBertAttention(nn.Module):
@@ -519,11 +536,18 @@ class ElcBertModel(ElcBertPreTrainedModel):
         except IndexError:
             raise out_of_vocabulary(input_ids, vocab_size) from None
 
-    def block_inputs(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None) -> tuple:
-        """What every block reads besides its input, for B x T x D `hidden_states` and a B x T `attention_mask` (1 for
-        real tokens, or None): the normalised relative-position table R~ ((2P-1) x D), the T x T bucket table and the
-        mask of `create_bidirectional_mask`. Blocks stacked on this model's states (Base+n) read the same."""
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+    def block_inputs(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None) -> tuple:
+        """What every block reads besides its input, for B x T x D `hidden_states`, a B x T `attention_mask` (1 for
+        real tokens, or None) and `position_ids` (B x T or 1 x T, or None): the normalised relative-position table R~
+        ((2P-1) x D), the T x T bucket table and the attention mask: `create_bidirectional_mask`'s, or with
+        `position_ids` the `packed_sequence_mask` (positions only tell packed sequences apart: attention is relative).
+        Blocks stacked on this model's states (Base+n) read the same."""
+        if position_ids is not None:
+            mask = packed_sequence_mask(position_ids.to(hidden_states.device), attention_mask)
+        else:
+            mask = create_bidirectional_mask(self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        if self.config._attn_implementation == "flex_attention" and isinstance(mask, torch.Tensor):
+            mask = as_block_mask(mask, *hidden_states.shape[:2])
         buckets = self.position_buckets(hidden_states.shape[1], hidden_states.device)
         return self.embeddings.relative_table(), buckets, mask
 
@@ -533,7 +557,7 @@ class ElcBertModel(ElcBertPreTrainedModel):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,  # accepted for tokenizer output, not used
-        position_ids: torch.Tensor | None = None,  # accepted, not used: positions are relative
+        position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
@@ -541,11 +565,18 @@ class ElcBertModel(ElcBertPreTrainedModel):
     ) -> BaseModelOutput:
         """input_ids: B x T; attention_mask: B x T with 1 for real tokens and 0 for padding.
 
+        Positions are relative: `position_ids` (B x T or 1 x T) only mark packed sequences, several in one row as
+        `transformers.DataCollatorWithFlattening` makes them (the positions restart at each sequence): each token
+        attends to its own sequence alone, so each sequence's outputs are those it has alone. Without them, a row is
+        one sequence.
+
         `output_hidden_states` may be a flag or, as in `transformers`, an index or a list of indices into the L+1
         states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds")
-        check_inputs(self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask)
+        check_inputs(
+            self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask, position_ids
+        )
         output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         output_hidden_states = (
             self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -553,7 +584,7 @@ class ElcBertModel(ElcBertPreTrainedModel):
         embeddings = self.embed(input_ids, inputs_embeds)
         want_states = wants_hidden_states(output_hidden_states)
         last_hidden_state, states, attentions = self.encoder(
-            embeddings, *self.block_inputs(embeddings, attention_mask), output_attentions, want_states
+            embeddings, *self.block_inputs(embeddings, attention_mask, position_ids), output_attentions, want_states
         )
         return BaseModelOutput(
             last_hidden_state=last_hidden_state,
@@ -577,13 +608,17 @@ def select_hidden_states(states: list, output_hidden_states) -> tuple:
     return tuple(state if i in keep else None for i, state in enumerate(states))
 
 
-def check_inputs(config, input_ids: torch.Tensor, attention_mask=None) -> None:
-    """Raises InputError naming the argument for an empty batch or an attention mask whose shape is not the inputs'
-    (B x T). Shapes only: no tensor value is read on the host (on CUDA that would synchronise every call); ids
-    outside the vocabulary are named when the lookup fails (`ElcBertModel.embed`)."""
+def check_inputs(config, input_ids: torch.Tensor, attention_mask=None, position_ids=None) -> None:
+    """Raises InputError naming the argument for an empty batch or an attention mask (or position ids) whose shape is
+    not the inputs' (B x T; position ids may be 1 x T). Shapes only: no tensor value is read on the host (on CUDA
+    that would synchronise every call); ids outside the vocabulary are named when the lookup fails
+    (`ElcBertModel.embed`)."""
     if input_ids.dim() != 2 or input_ids.numel() == 0:
         raise InputError(f"input_ids must be a non-empty B x T batch, got shape {tuple(input_ids.shape)}")
     check_shape("attention_mask", attention_mask, input_ids)
+    if position_ids is not None and position_ids.dim() == 2 and position_ids.shape[0] == 1:
+        position_ids = position_ids.expand(input_ids.shape)
+    check_shape("position_ids", position_ids, input_ids)
 
 
 def out_of_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> InputError:

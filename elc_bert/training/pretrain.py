@@ -11,7 +11,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
 from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
-from ..data.pretraining import SpanMaskingCollator, schedule_batches
+from ..data.pretraining import SpanMaskingCollator, first_fit_rows, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..extras import needs, require
@@ -338,13 +338,24 @@ def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
         lengths = sample_lengths(samples)
         step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
         padded += sum(
-            len(micro) * max(lengths[i] for i in micro) for batch in batches for micro in split_batches([batch], parts)
+            padded_positions([lengths[i] for i in micro], max_length if config.pack_rows else None)
+            for batch in batches
+            for micro in split_batches([batch], parts)
         )
         if config.checkpoint_words:
             words = sample_words(samples, tokenizer)
             step_words += [int(words[batch].sum()) for batch in batches]
         rows.append(BatchRows(samples, split_batches(batches, parts), parts, len(step_tokens) - steps, max_length))
     return torch.utils.data.ConcatDataset(rows), step_tokens, step_words, sum(step_tokens) / padded
+
+
+def padded_positions(lengths: list[int], row_capacity: int | None = None) -> int:
+    """The positions a micro-batch of samples of these lengths occupies: one sample per row, padded to the longest,
+    or laid several to a row of `row_capacity` tokens (`first_fit_rows`)."""
+    if row_capacity is None:
+        return len(lengths) * max(lengths)
+    rows = first_fit_rows(lengths, max(row_capacity, *lengths))
+    return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
 
 
 def _validation_rows(config: PretrainConfig, validation) -> BatchRows | None:
@@ -382,6 +393,7 @@ def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
         seed=config.seed,
         short_p=config.short_p,
         max_length=config.seq_length,
+        pack_rows=config.pack_rows,
     )
 
 
