@@ -381,3 +381,18 @@ def test_position_ids_counting_up_change_nothing_and_a_wrong_shape_is_named():
             torch.testing.assert_close(actual[real], expected[real], rtol=0, atol=1e-5)
     with pytest.raises(InputError, match=r"position_ids has shape \(2, 8\)"):
         model(input_ids, attention_mask=attention_mask, position_ids=torch.arange(8).repeat(2, 1))
+
+
+def test_multiple_choice_takes_position_ids_per_choice_and_flattening_markers_need_them():
+    """B x C x T position ids reach each choice (as B x C x T input_ids do); `DataCollatorWithFlattening`'s other
+    markers (cu_seq_lens, seq_idx) without position ids are refused rather than ignored."""
+    model = task_model(ElcBertForMultipleChoice).eval()
+    input_ids, attention_mask = task_inputs(ElcBertForMultipleChoice)
+    position_ids = torch.arange(input_ids.shape[-1]).expand(input_ids.shape)
+    with torch.no_grad():
+        expected = model(input_ids, attention_mask=attention_mask).logits
+        actual = model(input_ids, attention_mask=attention_mask, position_ids=position_ids).logits
+    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
+    masked_lm = task_model(ElcBertForMaskedLM).eval()
+    with pytest.raises(InputError, match="seq_idx alone: pass position_ids"):
+        masked_lm(torch.tensor([[1, 9, 2, 1, 8, 2]]), seq_idx=torch.tensor([[0, 0, 0, 1, 1, 1]]))

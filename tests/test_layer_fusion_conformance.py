@@ -24,6 +24,7 @@ from transformers import (
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from elc_bert import (
+    InputError,
     LayerFusionConfig,
     LayerFusionForMaskedLM,
     LayerFusionForSequenceClassification,
@@ -450,3 +451,20 @@ def test_attn_implementation_reaches_the_backbone(kind, fusion, entry, tmp_path)
         with torch.no_grad():
             logits[implementation] = model.eval()(input_ids, attention_mask=attention_mask).logits
     check_close(logits["sdpa"], logits["eager"], 1e-5, f"{entry}: sdpa vs eager", attention_mask)
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "extra_layers"])
+def test_packed_sequences_stay_apart_through_a_fusion_model_on_elc_bert(fusion):
+    """`position_ids` that restart mark packed sequences for an ELC-BERT backbone: a fusion head hands them to the
+    backbone and to Base+n's extra blocks, so each sequence gets its logits alone (they were dropped before)."""
+    model = fusion_model(LayerFusionForTokenClassification, "elc_bert", fusion, num_labels=3, freeze_backbone=True)
+    generator = torch.Generator().manual_seed(0)
+    sequences = [torch.randint(7, 90, (n,), generator=generator) for n in (6, 4, 5)]
+    position_ids = torch.cat([torch.arange(len(ids)) for ids in sequences])[None]
+    with torch.no_grad():
+        packed = model(torch.cat(sequences)[None], position_ids=position_ids).logits[0]
+        alone = torch.cat([model(ids[None]).logits[0] for ids in sequences])
+    torch.testing.assert_close(packed, alone, rtol=0, atol=1e-5)
+    model.layer_fusion.enable_feature_cache()
+    with pytest.raises(InputError, match="feature cache.*position_ids"):
+        model(torch.cat(sequences)[None], position_ids=position_ids)

@@ -74,7 +74,8 @@ class PretrainConfig:
     )
     pack_rows: bool = config_field(
         False,
-        "lay the samples of each micro-batch several to a row of seq_length tokens, each attending to itself alone "
+        "lay the samples of each micro-batch several to a row of the phase's sample length (seq_length, or "
+        "long_seq_length in the long phase), each attending to itself alone "
         "(position_ids mark them): the same samples, masks and loss as one sample per row, with less padding",
     )
     torch_compile: bool = config_field(False, "train the torch.compile'd model (TrainingArguments.torch_compile)")

@@ -163,12 +163,17 @@ def as_block_mask(mask: torch.Tensor, batch_size: int, length: int):
     )
 
 
+# What `DataCollatorWithFlattening` can give in place of position_ids (FlashAttention's and Mamba's markers).
+PACKING_MARKERS = ("cu_seq_lens_q", "cu_seq_lens_k", "seq_idx")
+
+
 def packed_sequence_mask(position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """The B x 1 x T x T boolean mask (True: attend) of rows that hold several sequences one after the other, told
     apart by `position_ids` (B x T or 1 x T) as `transformers.DataCollatorWithFlattening` makes them: a sequence starts
     wherever a position is not the one before plus 1. Each token attends to the real tokens (`attention_mask`, B x T,
-    1 = real; None: all) of its own sequence; a padding token, to every real token (no row is empty). Built on the
-    device without reading a value on the host."""
+    1 = real; None: all) of its own sequence; a padding token, to every real token (so only a row of padding alone
+    attends to nothing). Built on the device without reading a value on the host. The mask is T x T per row: packing
+    a whole batch into one row makes attention quadratic in the batch's tokens, so pack into rows of bounded length."""
     starts = torch.ones_like(position_ids, dtype=torch.bool)
     starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
     sequence = starts.cumsum(-1)
@@ -207,7 +212,8 @@ class ElcBertAttention(nn.Module):
 
     def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
         """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: T x T; attention_mask: the
-        B x 1 x T x T (or B x 1 x 1 x T) mask of `create_bidirectional_mask`, or None.
+        mask of `ElcBertModel.block_inputs` (a B x 1 x T x T or B x 1 x 1 x T tensor, a FlexAttention BlockMask, or
+        None).
 
         Returns the sublayer output (B x T x D) and the attention probabilities (B x H x T x T; None from "sdpa").
         """
@@ -381,7 +387,7 @@ class ElcBertEncoder(nn.Module):
         output_attentions=False,
         output_hidden_states=False,
     ):
-        """embeddings: y_0 (B x T x D); attention_mask: the mask of `create_bidirectional_mask` or None.
+        """embeddings: y_0 (B x T x D); attention_mask: the mask of `ElcBertModel.block_inputs`.
 
         Returns the model output, the states y_0..y_L (ELC) or the stream after each block (LTG-BERT; with
         `output_hidden_states`; under a layer plan, the output of each step), and the attention probabilities of each
@@ -574,6 +580,11 @@ class ElcBertModel(ElcBertPreTrainedModel):
         states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds")
+        if position_ids is None and any(kwargs.get(name) is not None for name in PACKING_MARKERS):
+            raise InputError(
+                f"packed sequences marked by {', '.join(n for n in PACKING_MARKERS if kwargs.get(n) is not None)} "
+                "alone: pass position_ids too (DataCollatorWithFlattening's default), which mark them for this model"
+            )
         check_inputs(
             self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask, position_ids
         )
@@ -735,6 +746,9 @@ class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
         """input_ids: B x C x T (C choices); one logit per choice from its [CLS] position; labels: B."""
         source = input_ids if input_ids is not None else inputs_embeds
         num_choices = source.shape[1]
+        for name in ("token_type_ids", "position_ids"):  # B x C x T, as the inputs
+            if kwargs.get(name) is not None and kwargs[name].dim() == 3:
+                kwargs[name] = kwargs[name].flatten(0, 1)
         outputs = self.elc_bert(
             input_ids.flatten(0, 1) if input_ids is not None else None,
             attention_mask=attention_mask.flatten(0, 1) if attention_mask is not None else None,

@@ -137,12 +137,13 @@ class ExtraLayers(nn.Module):
             layer_class(config.backbone_config, depth + i) for i in range(config.num_extra_layers)
         )
 
-    def forward(self, states, attention_mask, backbone):
-        """states: z_0..z_L, each B x T x D; attention_mask: B x T (1 = real token) or None. Returns the last extra
+    def forward(self, states, attention_mask, backbone, position_ids=None):
+        """states: z_0..z_L, each B x T x D; attention_mask: B x T (1 = real token) or None; position_ids: as the
+        backbone took them (on ELC-BERT, packed sequences stay apart in the extra blocks too). Returns the last extra
         layer's output (B x T x D) and None (no depth weights)."""
         hidden_states = states[-1]
         if isinstance(backbone, ElcBertModel):
-            block_inputs = backbone.block_inputs(hidden_states, attention_mask)
+            block_inputs = backbone.block_inputs(hidden_states, attention_mask, position_ids)
         else:
             mask = create_bidirectional_mask(
                 config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask
@@ -309,12 +310,15 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             raise InputError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
         self.feature_cache = FeatureCache() if enabled else None
 
-    def backbone_states(self, input_ids, attention_mask, token_type_ids=None, positions=None):
+    def backbone_states(self, input_ids, attention_mask, token_type_ids=None, positions=None, position_ids=None):
         """The backbone's states z_0..z_L, each B x T x D, or with `positions` (B x T bool, real tokens only) each
-        N x D for those N positions in row-major order; from the feature cache when it is enabled."""
+        N x D for those N positions in row-major order; from the feature cache when it is enabled (which keys states
+        by sentence, so it takes no `position_ids`)."""
         if self.feature_cache is not None:
+            if position_ids is not None:
+                raise InputError("the feature cache keys states by sentence: it takes no position_ids (packed rows)")
             return self.feature_cache.states(self._run_backbone, input_ids, attention_mask, token_type_ids, positions)
-        states = self._run_backbone(input_ids, attention_mask, token_type_ids)
+        states = self._run_backbone(input_ids, attention_mask, token_type_ids, position_ids)
         return [state[positions] for state in states] if positions is not None else states
 
     @torch.no_grad()
@@ -332,10 +336,12 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         self.feature_cache.fill(self._run_backbone, examples, pad, self.backbone.device, batch_size, progress)
         self.backbone.train(was_training)
 
-    def _run_backbone(self, input_ids, attention_mask, token_type_ids):
+    def _run_backbone(self, input_ids, attention_mask, token_type_ids, position_ids=None):
         """z_0..z_L, with z_L the backbone's own output (for an ELC-BERT `weighted_output` backbone that is its
         output mixture, not the last block's state)."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        if position_ids is not None:
+            kwargs["position_ids"] = position_ids
         output = self.backbone(input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
         return [*output.hidden_states[:-1], output.last_hidden_state]
 
@@ -347,6 +353,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         token_type_ids=None,
         output_hidden_states=None,
         positions=None,
+        position_ids=None,
         **kwargs,
     ) -> LayerFusionOutput:
         """input_ids, attention_mask: B x T (1 = real token). Per-token fusions skip the padding of a padded batch:
@@ -355,6 +362,9 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         positions: B x T bool, optional: the only positions whose fused states are wanted (a loss that reads the
         labelled tokens only). Then `last_hidden_state` is N x D and `depth_weights` N x S for those N positions in
         row-major order, and per-token fusions compute nothing elsewhere.
+
+        position_ids: handed to the backbone (an ELC-BERT reads restarting ones as packed sequences and keeps them
+        apart, in Base+n's extra blocks too; the BERT family reads them as absolute positions).
 
         output_hidden_states: a flag, an index or a list of indices (default `config.output_hidden_states`): see
         `LayerFusionOutput.hidden_states`."""
@@ -366,7 +376,9 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         # Fusing per token, only the wanted tokens need work: a batch of short and long sentences is mostly padding.
         # The hidden states keep the B x T layout, so asking for them turns this off.
         pack = wanted is not None and not (bool(wanted.all()) or want_states or self.config.fusion == "extra_layers")
-        states = self.backbone_states(input_ids, attention_mask, token_type_ids, positions=wanted if pack else None)
+        states = self.backbone_states(
+            input_ids, attention_mask, token_type_ids, positions=wanted if pack else None, position_ids=position_ids
+        )
         fused_states = states if self.config.fuse_embeddings else states[1:]
         depth_weights = None
         if self.config.fusion == "last":
@@ -374,7 +386,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         elif self.config.fusion == "average":
             fused = torch.stack(fused_states).mean(0)
         elif self.config.fusion == "extra_layers":
-            fused, _ = self.fusion(states, attention_mask, self.backbone)
+            fused, _ = self.fusion(states, attention_mask, self.backbone, position_ids)
         else:
             fused, depth_weights = self.fusion(fused_states)
         if pack and positions is None:  # back to B x T
