@@ -809,8 +809,9 @@ def test_an_eager_forward_reads_no_tensor_value_on_the_host(arch, packed, monkey
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
 @pytest.mark.parametrize("arch", [("elc", "base"), ("residual", "base")], ids=arch_id)
-def test_a_cuda_training_step_synchronises_nowhere_in_the_package(arch):
+def test_a_cuda_training_step_synchronises_nowhere_in_the_package(arch, packed):
     """On CUDA, under `torch.cuda.set_sync_debug_mode("warn")`, a training step (forward, loss, backward, LAMB step)
     raises no synchronisation warning from the package's own lines (the library's code is not ours to judge)."""
     import warnings
@@ -822,9 +823,10 @@ def test_a_cuda_training_step_synchronises_nowhere_in_the_package(arch):
     optimizer = Lamb(parameter_groups(model, 0.1), lr=1e-3)
     input_ids, attention_mask = (tensor.cuda() for tensor in padded_batch([9, 5]))
     labels = torch.where(attention_mask.bool(), input_ids, -100)
+    position_ids = torch.tensor([[0, 1, 2, 3, 0, 1, 2, 3, 4], [0, 1, 2, 0, 1, 5, 6, 7, 8]]).cuda() if packed else None
 
     def step():
-        model(input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+        model(input_ids, attention_mask=attention_mask, labels=labels, position_ids=position_ids).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
