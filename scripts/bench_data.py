@@ -7,9 +7,9 @@ second, both in this process at the pretraining shape (batch 32 x length 128) wi
 the local stand-in corpus for configs/pretrain/tiny.yaml), `packed_samples(document_dataset(...))`, timed in a fresh
 process with an empty cache folder (first run) and then in another fresh process with that cache (rerun or resume).
 The tokenizer is `--tokenizer`, or one trained on the corpus first with the config's vocab_size / min_frequency.
-Then `pack_rows` on these samples: the real-token share of the positions of the config's batches (one epoch, short_p
-cuts drawn as in training), one sample per row against several to a row, and training steps of a strict-small
-ELC-BERT on `--rounds` such batches both ways: real tokens/s and their ratio, in this process.
+Then `pack_rows` on these samples: the real-token share of the positions of one epoch of the config's batches
+(collated by the training collator, short_p cuts and all), one sample per row against several to a row, and training
+steps of a strict-small ELC-BERT on `--rounds` such batches both ways: real tokens/s and their ratio, in this process.
 
     python scripts/bench_data.py [--batch 32 --length 128 --threads 2]
     python scripts/bench_data.py --prepare [--config configs/pretrain/tiny.yaml --data-dir ../shared/data --rounds 4]
@@ -33,7 +33,6 @@ from elc_bert.data.corpus import document_dataset, packed_samples
 from elc_bert.data.pretraining import SpanMaskingCollator, schedule_batches
 from elc_bert.data.text import corpus_files, read_documents
 from elc_bert.data.tokenizer import train_tokenizer
-from elc_bert.training.pretrain import padded_positions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,42 +103,37 @@ def bench_prepare(args):
 
 
 def bench_shared_rows(lengths: list[int], config: dict, args) -> None:
-    """`pack_rows` on the corpus's samples: the real-token share of one epoch of the config's batches (short_p cuts
-    drawn as the collator draws them) and training steps on `args.rounds` of those batches, both ways."""
+    """`pack_rows` on the corpus's samples: one epoch of the config's batches (random ids of the samples' lengths),
+    collated as training collates them (short_p cuts drawn by the step) one sample per row and several to a row: the
+    real-token share of their positions, then training steps on the first `args.rounds` batches both ways."""
     seq_length, batch_size = config["seq_length"], config["batch_size"]
     short_p = config.get("short_p", 0.1)  # PretrainConfig's default
-    generator = torch.Generator().manual_seed(0)
-
-    def drawn(n: int) -> int:  # [CLS] content [SEP], the content cut to a length uniform in [1, seq_length - 2)
-        if torch.rand(1, generator=generator) >= short_p:
-            return n
-        return min(n, int(torch.randint(1, seq_length - 2, (1,), generator=generator)) + 2)
-
-    order = schedule_batches(len(lengths), batch_size, len(lengths) // batch_size, seed=0)
-    batches = [[drawn(lengths[i]) for i in batch] for batch in order]
-    real = sum(map(sum, batches))
-    padded = sum(padded_positions(batch) for batch in batches)
-    shared = sum(padded_positions(batch, seq_length) for batch in batches)
-    print(
-        f"pack_rows over one epoch of batches of {batch_size} (short_p {short_p}): real-token share "
-        f"{real / padded:.1%} one sample per row, {real / shared:.1%} several to a row "
-        f"({padded / shared:.2f}x fewer positions)"
-    )
     model_config = ElcBertConfig.from_preset("strict-small", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    model = ElcBertForMaskedLM(model_config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    rows = {
-        pack: [
-            SpanMaskingCollator(4, 3, model_config.vocab_size, max_length=seq_length, pack_rows=pack)(
-                [
-                    [1] + torch.randint(7, model_config.vocab_size, (n - 2,), generator=generator).tolist() + [2]
-                    for n in batch
-                ]
-            )
-            for batch in batches[: args.rounds]
-        ]
+    vocab_size = model_config.vocab_size
+    collators = {
+        pack: SpanMaskingCollator(4, 3, vocab_size, short_p=short_p, max_length=seq_length, pack_rows=pack)
         for pack in (False, True)
     }
+    generator = torch.Generator().manual_seed(0)
+    order = schedule_batches(len(lengths), batch_size, len(lengths) // batch_size, seed=0)
+    rows, real, positions = {False: [], True: []}, 0, {False: 0, True: 0}
+    for step, batch in enumerate(order):
+        examples = [
+            [1] + torch.randint(7, vocab_size, (lengths[i] - 2,), generator=generator).tolist() + [2] for i in batch
+        ]
+        for pack, collator in collators.items():
+            collated = collator(examples, draw=step)
+            positions[pack] += collated["attention_mask"].numel()
+            if step < args.rounds:
+                rows[pack].append(collated)
+        real += int(collated["attention_mask"].sum())
+    print(
+        f"pack_rows over one epoch of batches of {batch_size} (short_p {short_p}): real-token share "
+        f"{real / positions[False]:.1%} one sample per row, {real / positions[True]:.1%} several to a row "
+        f"({positions[False] / positions[True]:.2f}x fewer positions)"
+    )
+    model = ElcBertForMaskedLM(model_config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     seconds = {}
     for pack in (False, True, False, True):  # interleaved, the first pass of each a warm-up
         start = time.perf_counter()
@@ -148,7 +142,7 @@ def bench_shared_rows(lengths: list[int], config: dict, args) -> None:
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
         seconds[pack] = time.perf_counter() - start
-    tokens = sum(map(sum, batches[: args.rounds]))
+    tokens = sum(int(batch["attention_mask"].sum()) for batch in rows[True])
     print(
         f"training steps (strict-small ELC-BERT, {args.rounds} batches, {args.threads} threads): real tokens/s "
         f"{tokens / seconds[False]:,.0f} one sample per row, {tokens / seconds[True]:,.0f} several to a row: "

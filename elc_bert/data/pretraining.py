@@ -93,7 +93,7 @@ def shared_rows(batch: dict[str, torch.Tensor], capacity: int, pad_token_id: int
     width = max(sum(lengths[i] for i in row) for row in layout)
     fills = {"input_ids": pad_token_id, "attention_mask": 0, "labels": -100}
     packed = {key: torch.full((len(layout), width), fill, dtype=batch[key].dtype) for key, fill in fills.items()}
-    packed["position_ids"] = torch.arange(width).repeat(len(layout), 1)
+    packed["position_ids"] = torch.zeros((len(layout), width), dtype=torch.long)  # each row filled below
     for row, samples in enumerate(layout):
         start = 0
         for index in samples:
@@ -173,7 +173,7 @@ class SpanMaskingCollator:
         masked, labels = self.mask(input_ids, attention_mask, draw)
         batch = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
         if self.pack_rows:
-            batch = shared_rows(batch, max(max_length or self.max_length, length), self.pad_token_id)
+            batch = shared_rows(batch, max_length or self.max_length, self.pad_token_id)
         return batch
 
     def _generator(self, ids: bytes, draw: int | None, stream: int = 0) -> torch.Generator:

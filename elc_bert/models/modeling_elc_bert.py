@@ -580,10 +580,11 @@ class ElcBertModel(ElcBertPreTrainedModel):
         states (negative ones count from the end): then the states not selected are None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds")
-        if position_ids is None and any(kwargs.get(name) is not None for name in PACKING_MARKERS):
+        markers = [name for name in PACKING_MARKERS if kwargs.get(name) is not None]
+        if markers and position_ids is None:
             raise InputError(
-                f"packed sequences marked by {', '.join(n for n in PACKING_MARKERS if kwargs.get(n) is not None)} "
-                "alone: pass position_ids too (DataCollatorWithFlattening's default), which mark them for this model"
+                f"packed sequences marked by {', '.join(markers)} alone: pass position_ids too "
+                "(DataCollatorWithFlattening's default), which mark them for this model"
             )
         check_inputs(
             self.config, input_ids if input_ids is not None else inputs_embeds[..., 0], attention_mask, position_ids

@@ -354,7 +354,7 @@ def padded_positions(lengths: list[int], row_capacity: int | None = None) -> int
     or laid several to a row of `row_capacity` tokens (`first_fit_rows`)."""
     if row_capacity is None:
         return len(lengths) * max(lengths)
-    rows = first_fit_rows(lengths, max(row_capacity, *lengths))
+    rows = first_fit_rows(lengths, row_capacity)
     return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
 
 
