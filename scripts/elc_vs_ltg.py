@@ -6,7 +6,8 @@
 
 With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out SUMMARY_DIR
 --name blimp`) are still reported. With --runs only the named runs are pretrained (several processes can train runs
-side by side, one thread each) and nothing is scored or reported; with --no-train and --runs only the named runs are
+side by side, one thread each) and nothing is scored or reported; a named run whose summary exists but whose run
+folder lacks the trained model (a fresh clone) is trained again. With --no-train and --runs only the named runs are
 scored (processes side by side again), and the report covers every run's scores on disk.
 
 Trains one tokenizer on the training files, then pretrains every (model, seed) of the plan from the same base config
@@ -69,7 +70,13 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
             output_dir = run_dir(plan, name, seed)
             summary_dir = Path(plan["results_dir"]) / "runs" / f"{name}-seed{seed}"
             runs[(name, seed)] = summary_dir
-            if (summary_dir / METRICS).exists() or (only is not None and output_dir.name not in only):
+            if only is not None and output_dir.name not in only:
+                continue
+            # a finished run is skipped, unless it is named and its run folder lacks the trained model (a fresh clone
+            # keeps only the summaries): then it is trained again from the same config, so that it can be scored
+            lost = only is not None and not (output_dir / METRICS).exists()
+            before = json.loads((summary_dir / METRICS).read_text()) if (summary_dir / METRICS).exists() else None
+            if before is not None and not lost:
                 continue
             print(f"\n== pretraining {name}, seed {seed} ==")
             config = dataclasses.replace(
@@ -86,6 +93,10 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
             if model.config.layer_combination == "elc":
                 (summary_dir / "alpha.json").write_text(json.dumps(model.layer_weights().tolist()))
             shutil.copy(output_dir / METRICS, summary_dir / METRICS)
+            if before is not None:
+                after = json.loads((output_dir / METRICS).read_text())
+                losses = (after["final"]["eval_loss"], before["final"]["eval_loss"])
+                print("trained again: validation loss {:.4f} (the summary's before: {:.4f})".format(*losses))
     return runs
 
 
@@ -105,6 +116,10 @@ def score_blimp(plan: dict, runs: dict, score_missing: bool = True) -> dict:
                 if not score_missing:
                     continue
                 run = run_dir(plan, name, seed)
+                if not (run / METRICS).exists():
+                    missing = f"no trained model in {run}; {suite} not scored (--runs {run.name} trains it)"
+                    print(f"{name} seed {seed}: {missing}")
+                    continue
                 model = AutoModelForMaskedLM.from_pretrained(run)
                 tokenizer = AutoTokenizer.from_pretrained(run)
                 evaluate_blimp(model, tokenizer, data, summary_dir, name=suite)
