@@ -7,8 +7,10 @@
 With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out SUMMARY_DIR
 --name blimp`) are still reported. With --runs only the named runs are pretrained (several processes can train runs
 side by side, one thread each) and nothing is scored or reported; a named run whose summary exists but whose run
-folder lacks the trained model (a fresh clone) is trained again. With --no-train and --runs only the named runs are
-scored (processes side by side again), and the report covers every run's scores on disk.
+folder lacks the trained model (a fresh clone) is trained again: when its validation losses differ from the
+summary's in any digit, the old summary (and the scores taken on the old model) moves to `<run>.before-retrain`.
+With --no-train and --runs only the named runs are scored (processes side by side again), and the report covers
+every run's scores on disk.
 
 Trains one tokenizer on the training files, then pretrains every (model, seed) of the plan from the same base config
 with that tokenizer (finished runs are skipped, interrupted ones resume from their last checkpoint), scores each on
@@ -57,6 +59,10 @@ def run_dir(plan: dict, name: str, seed: int) -> Path:
     return Path(plan["runs_dir"]) / f"{name}-seed{seed}"
 
 
+def validation_losses(metrics: dict) -> list[tuple[int, float]]:
+    return [(entry["step"], entry["eval_loss"]) for entry in metrics["log_history"] if "eval_loss" in entry]
+
+
 def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, int], Path]:
     """Pretrains the runs that have no summary yet (of `only`, when given: names like `elc-bert-seed42`); returns each
     run's summary folder. The run folders (checkpoints, models) stay in `runs_dir`; each summary (metrics, alpha,
@@ -78,6 +84,9 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
             before = json.loads((summary_dir / METRICS).read_text()) if (summary_dir / METRICS).exists() else None
             if before is not None and not lost:
                 continue
+            aside = summary_dir.with_name(summary_dir.name + ".before-retrain")
+            if before is not None and aside.exists():
+                raise SystemExit(f"{aside} exists: a summary set aside by an earlier retraining; move it first")
             print(f"\n== pretraining {name}, seed {seed} ==")
             config = dataclasses.replace(
                 base,
@@ -88,15 +97,16 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
                 training={**base.training, "disable_tqdm": False},
             )
             pretrain(config)
+            after = json.loads((output_dir / METRICS).read_text())
+            if before is not None and validation_losses(after) != validation_losses(before):
+                # not the model the summary's scores were taken on: keep them apart from the new model's
+                summary_dir.rename(aside)
+                print(f"trained again, not identically (validation losses differ): the old summary is now {aside}")
             summary_dir.mkdir(parents=True, exist_ok=True)
             model = AutoModelForMaskedLM.from_pretrained(output_dir)
             if model.config.layer_combination == "elc":
                 (summary_dir / "alpha.json").write_text(json.dumps(model.layer_weights().tolist()))
             shutil.copy(output_dir / METRICS, summary_dir / METRICS)
-            if before is not None:
-                after = json.loads((output_dir / METRICS).read_text())
-                losses = (after["final"]["eval_loss"], before["final"]["eval_loss"])
-                print("trained again: validation loss {:.4f} (the summary's before: {:.4f})".format(*losses))
     return runs
 
 
