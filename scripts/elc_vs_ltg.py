@@ -59,6 +59,11 @@ def run_dir(plan: dict, name: str, seed: int) -> Path:
     return Path(plan["runs_dir"]) / f"{name}-seed{seed}"
 
 
+def trained(run: Path) -> bool:
+    """Whether a run folder holds its trained model (its metrics are written last, when the model is saved)."""
+    return (run / METRICS).exists()
+
+
 def validation_losses(metrics: dict) -> list[tuple[int, float]]:
     return [(entry["step"], entry["eval_loss"]) for entry in metrics["log_history"] if "eval_loss" in entry]
 
@@ -80,7 +85,7 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
                 continue
             # a finished run is skipped, unless it is named and its run folder lacks the trained model (a fresh clone
             # keeps only the summaries): then it is trained again from the same config, so that it can be scored
-            lost = only is not None and not (output_dir / METRICS).exists()
+            lost = only is not None and not trained(output_dir)
             before = json.loads((summary_dir / METRICS).read_text()) if (summary_dir / METRICS).exists() else None
             if before is not None and not lost:
                 continue
@@ -126,7 +131,7 @@ def score_blimp(plan: dict, runs: dict, score_missing: bool = True) -> dict:
                 if not score_missing:
                     continue
                 run = run_dir(plan, name, seed)
-                if not (run / METRICS).exists():
+                if not trained(run):
                     missing = f"no trained model in {run}; {suite} not scored (--runs {run.name} trains it)"
                     print(f"{name} seed {seed}: {missing}")
                     continue
@@ -231,7 +236,7 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
     for (name, seed), metric in metrics.items():
         history = metric["log_history"]
         losses = [entry["loss"] for entry in history if "loss" in entry]
-        evaluations = [entry["eval_loss"] for entry in history if "eval_loss" in entry]
+        evaluations = [loss for _, loss in validation_losses(metric)]
         row = {"step": metric["step"], "finished": metric["final"] is not None, "final_train_loss": losses[-1]}
         row["eval_loss"] = (metric["final"] or {}).get("eval_loss", evaluations[-1] if evaluations else None)
         for suite, summary in scores.get((name, seed), {}).items():
