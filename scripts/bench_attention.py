@@ -12,6 +12,7 @@ apart; the ratios are against sdpa in the same process.
 """
 
 import argparse
+import json
 import time
 
 import torch
@@ -36,13 +37,13 @@ def batches(count: int, batch: int, length: int, vocab: int, device) -> list[dic
     return made
 
 
-def run(model, data: list[dict], train: bool) -> None:
+def run(model, data: list[dict], train: bool, extra: dict) -> None:
     for batch in data:
         if train:
-            model(**batch).loss.backward()
+            model(**batch, **extra).loss.backward()
         else:
             with torch.no_grad():
-                model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+                model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **extra)
 
 
 def synchronize(device) -> None:
@@ -50,10 +51,11 @@ def synchronize(device) -> None:
         torch.cuda.synchronize()
 
 
-def measure(model, data, rounds: int, train: bool, device) -> tuple[float, float, float]:
-    """(seconds of the first call, best seconds of a later round, peak MiB on CUDA or nan)."""
+def measure(model, data, rounds: int, train: bool, device, extra: dict) -> tuple[float, float, float]:
+    """(seconds of the first call, best seconds of a later round, peak MiB on CUDA or nan); `extra`: keyword
+    arguments of every call."""
     start = time.perf_counter()
-    run(model, data[:1], train)
+    run(model, data[:1], train, extra)
     synchronize(device)
     first = time.perf_counter() - start
     if device.type == "cuda":
@@ -61,7 +63,7 @@ def measure(model, data, rounds: int, train: bool, device) -> tuple[float, float
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
-        run(model, data, train)
+        run(model, data, train, extra)
         synchronize(device)
         best = min(best, time.perf_counter() - start)
     peak = torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda" else float("nan")
@@ -79,6 +81,11 @@ def main():
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--no-compile", action="store_true")
+    parser.add_argument(
+        "--kernel-options",
+        type=json.loads,
+        help="FlexAttention's kernel options, as JSON (e.g. '{\"num_stages\": 1}'; an H100 needs it for bf16)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
@@ -96,14 +103,18 @@ def main():
                 model.load_state_dict(weights)
                 model.to(device).train(train)
                 runner = torch.compile(model) if compiled else model
-                first, best, peak = measure(runner, data, args.rounds, train, device)
+                extra = {"kernel_options": args.kernel_options} if implementation == "flex_attention" else {}
+                first, best, peak = measure(runner, data, args.rounds, train, device, extra)
                 with torch.no_grad():
                     batch = {key: data[0][key] for key in ("input_ids", "attention_mask")}
-                    logits = runner.eval()(**batch).logits[batch["attention_mask"].bool()].float()
+                    logits = runner.eval()(**batch, **extra).logits[batch["attention_mask"].bool()].float()
                 reference = logits if implementation == "eager" and not compiled else reference
                 error = (logits - reference).abs().max().item()
                 rows.append((train, compiled, implementation, real / best, first, peak, error))
-    print(f"{args.preset}, batch {args.batch} x <= {args.length}, {args.device} {args.dtype}, {args.threads} threads")
+    print(
+        f"{args.preset}, batch {args.batch} x <= {args.length}, {args.device} {args.dtype}, {args.threads} threads"
+        + (f", flex_attention kernel options {json.dumps(args.kernel_options)}" if args.kernel_options else "")
+    )
     print("| step | compiled | attention | real tokens/s | / sdpa | first call (s) | peak MiB | max diff to eager |")
     print("|---|---|---|---|---|---|---|---|")
     for train, compiled, implementation, speed, first, peak, error in rows:

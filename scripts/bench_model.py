@@ -18,6 +18,7 @@ a GPU.
 
 import argparse
 import contextlib
+import json
 import time
 
 import torch
@@ -67,13 +68,15 @@ def build(name: str, vocab_size: int, attn_implementation: str):
     return ElcBertForMaskedLM(config)
 
 
-def time_steps(model, optimizer, batches, device, bf16: bool = False) -> float:
-    """Tokens per second of training steps over `batches` (under bf16 autocast with `bf16`)."""
+def time_steps(model, optimizer, batches, device, bf16: bool = False, kernel_options=None) -> float:
+    """Tokens per second of training steps over `batches` (under bf16 autocast with `bf16`; `kernel_options`:
+    FlexAttention's, for our models)."""
+    extra = {} if kernel_options is None else {"kernel_options": kernel_options}
 
     def step(batch):
         autocast = torch.autocast(device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
         with autocast:
-            loss = model(**batch).loss
+            loss = model(**batch, **extra).loss
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -101,6 +104,11 @@ def main():
     )
     parser.add_argument("--bf16", action="store_true", help="bf16 autocast")
     parser.add_argument("--no-compile", action="store_true", help="leave out the compiled rows")
+    parser.add_argument(
+        "--kernel-options",
+        type=json.loads,
+        help="FlexAttention's kernel options for our models, as JSON (e.g. '{\"num_stages\": 1}')",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -132,7 +140,8 @@ def main():
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
-            speed = time_steps(model, optimizers[name], batches, device, args.bf16)
+            options = None if name == "bert" else args.kernel_options
+            speed = time_steps(model, optimizers[name], batches, device, args.bf16, options)
             if round_index == 0:
                 warmup[name] = time.perf_counter() - start
             else:
@@ -149,6 +158,7 @@ def main():
         f"best of {args.rounds} rounds of {args.steps} steps, attention {args.attn_implementation}"
         + (", bf16 autocast" if args.bf16 else "")
         + (", no attention dropout" if args.attn_implementation == "flex_attention" else "")
+        + (f", kernel options {json.dumps(args.kernel_options)}" if args.kernel_options else "")
     )
     print("| model | tokens/s | activation memory (MiB) | peak memory (MiB, CUDA) | warm-up round (s) |")
     print("|---|---|---|---|---|")

@@ -326,6 +326,38 @@ def test_flex_attention_takes_a_mask_tensor_as_older_transformers_give_it(monkey
         torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
 
 
+def test_kernel_options_reach_every_flex_attention_call_and_nothing_else(monkeypatch):
+    """`kernel_options` passed to the model's forward, as transformers' own FlexAttention models take them, reach each
+    block's `flex_attention` call, under a layer plan too (bf16 on an H100 needs e.g. `{"num_stages": 1}`:
+    docs/benchmarks.md); without them the calls get None. Under sdpa they are ignored."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    calls = []
+    original = flex_module.flex_attention
+    monkeypatch.setattr(
+        flex_module, "flex_attention", lambda *a, **k: calls.append(k.get("kernel_options")) or original(*a, **k)
+    )
+    model = task_model(ElcBertForMaskedLM, ("elc", "base"), attn_implementation="flex_attention").eval()
+    input_ids, attention_mask = padded_batch([9, 5])
+    options = {"num_stages": 1}
+    with torch.no_grad():
+        model(input_ids, attention_mask=attention_mask, kernel_options=options)
+        assert calls == [options] * model.config.num_hidden_layers
+        calls.clear()
+        with model.elc_bert.encoder.use_layer_plan([0, 1, 1, 2]):
+            model(input_ids, attention_mask=attention_mask, kernel_options=options)
+        assert calls == [options] * 4
+        calls.clear()
+        model(input_ids, attention_mask=attention_mask)
+        assert calls == [None] * model.config.num_hidden_layers
+
+    sdpa = task_model(ElcBertForMaskedLM, ("elc", "base"), attn_implementation="sdpa").eval()
+    with torch.no_grad():
+        expected = sdpa(input_ids, attention_mask=attention_mask).logits
+        actual = sdpa(input_ids, attention_mask=attention_mask, kernel_options=options).logits
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+
+
 # ============================================================================== packed sequences
 def packed_rows(sequences: list[list[list[int]]]):
     """Rows of several sequences each, as transformers' `DataCollatorWithFlattening` lays one row out (position ids

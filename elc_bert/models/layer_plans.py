@@ -36,12 +36,21 @@ def check_layer_plan(plan: list, num_layers: int) -> None:
                 raise InputError(f"layer plan step {step!r}: layer indices must be ints in 0..{num_layers - 1}")
 
 
-def run_layer_plan(layers, plan, stack, embeddings, block_inputs, output_attentions=False, output_hidden_states=False):
+def run_layer_plan(
+    layers,
+    plan,
+    stack,
+    embeddings,
+    block_inputs,
+    output_attentions=False,
+    output_hidden_states=False,
+    kernel_options=None,
+):
     """Runs the ELC-BERT blocks `layers` as `plan` says from y_0 = `embeddings`: ELC when `stack` (the encoder's
     `LayerStack`) is given, each block reading its mixture of it; else the residual stream. `block_inputs`: what every
-    block reads besides its hidden states. Returns the output, the states (y_0 and each step's output, with
-    `output_hidden_states`) and the attention probabilities of each block run; the last step's outputs are in
-    `stack` on return."""
+    block reads besides its hidden states; `kernel_options`: FlexAttention's. Returns the output, the states (y_0 and
+    each step's output, with `output_hidden_states`) and the attention probabilities of each block run; the last
+    step's outputs are in `stack` on return."""
     states, attentions = [embeddings], []
     output, written = embeddings, []
     for step in plan:
@@ -53,7 +62,9 @@ def run_layer_plan(layers, plan, stack, embeddings, block_inputs, output_attenti
             for index in group:
                 layer = layers[index]
                 hidden_states = stack.mix(layer.prev_layer_weights) if stack is not None else output
-                block_output, probabilities = layer(hidden_states, *block_inputs, output_attentions=output_attentions)
+                block_output, probabilities = layer(
+                    hidden_states, *block_inputs, output_attentions=output_attentions, kernel_options=kernel_options
+                )
                 outputs.append(block_output)
                 if probabilities is not None:
                     attentions.append(probabilities)

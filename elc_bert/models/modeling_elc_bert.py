@@ -120,6 +120,7 @@ def relative_flex_attention(
     content_to_position: torch.Tensor,
     position_to_content: torch.Tensor,
     position_buckets: torch.Tensor,
+    kernel_options: dict | None = None,
 ) -> torch.Tensor:
     """The `"flex_attention"` implementation: `torch.nn.attention.flex_attention` with the disentangled relative bias as
     its `score_mod`, read from the two B x H x T x (2P-1) tables at each pair's bucket (no B x H x T x T bias is made),
@@ -127,8 +128,8 @@ def relative_flex_attention(
 
         score(i, j) = q_i . k_j * scaling + content_to_position[i, delta(i, j)] + position_to_content[j, delta(i, j)]
 
-    FlexAttention has no attention dropout: training with `attention_probs_dropout_prob` > 0 is refused. Returns the
-    context, B x T x H x d."""
+    FlexAttention has no attention dropout: training with `attention_probs_dropout_prob` > 0 is refused.
+    `kernel_options` go to `flex_attention` as they are (None: its defaults). Returns the context, B x T x H x d."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if module.training and module.config.attention_probs_dropout_prob > 0:
@@ -144,7 +145,9 @@ def relative_flex_attention(
         )
         return score + relative
 
-    context = flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling)
+    context = flex_attention(
+        query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=kernel_options
+    )
     return context.transpose(1, 2).contiguous()
 
 
@@ -217,6 +220,7 @@ class ElcBertAttention(nn.Module):
 
         Returns the sublayer output (B x T x D) and the attention probabilities (B x H x T x T; None from "sdpa").
         """
+        kernel_options = kwargs.pop("kernel_options", None)  # FlexAttention's; the other implementations take none
         batch, length, width = hidden_states.shape
         heads, head_dim = self.num_heads, self.head_dim
         h = self.pre_layer_norm(hidden_states)
@@ -245,6 +249,7 @@ class ElcBertAttention(nn.Module):
                 content_to_position,
                 position_to_content,
                 position_buckets,
+                kernel_options,
             )
             context = context.reshape(batch, length, width)
             return self.dropout(self.post_layer_norm(self.out_proj(context))), None
@@ -386,8 +391,10 @@ class ElcBertEncoder(nn.Module):
         attention_mask=None,
         output_attentions=False,
         output_hidden_states=False,
+        kernel_options=None,
     ):
-        """embeddings: y_0 (B x T x D); attention_mask: the mask of `ElcBertModel.block_inputs`.
+        """embeddings: y_0 (B x T x D); attention_mask: the mask of `ElcBertModel.block_inputs`; kernel_options:
+        FlexAttention's, for every block.
 
         Returns the model output, the states y_0..y_L (ELC) or the stream after each block (LTG-BERT; with
         `output_hidden_states`; under a layer plan, the output of each step), and the attention probabilities of each
@@ -396,13 +403,22 @@ class ElcBertEncoder(nn.Module):
         block_inputs = (relative_embedding, position_buckets, attention_mask)
         if self.layer_plan is not None:
             output, states, attentions = run_layer_plan(
-                self.layers, self.layer_plan, stack, embeddings, block_inputs, output_attentions, output_hidden_states
+                self.layers,
+                self.layer_plan,
+                stack,
+                embeddings,
+                block_inputs,
+                output_attentions,
+                output_hidden_states,
+                kernel_options,
             )
         else:
             output, states, attentions = embeddings, [embeddings], []
             for index, layer in enumerate(self.layers):
                 hidden_states = stack.mix(layer.prev_layer_weights) if self.elc else output
-                output, probabilities = layer(hidden_states, *block_inputs, output_attentions=output_attentions)
+                output, probabilities = layer(
+                    hidden_states, *block_inputs, output_attentions=output_attentions, kernel_options=kernel_options
+                )
                 if self.elc:
                     stack.write(index + 1, output)
                 if probabilities is not None:  # "sdpa" computes none (and warns when they are asked for)
@@ -577,7 +593,12 @@ class ElcBertModel(ElcBertPreTrainedModel):
         one sequence.
 
         `output_hidden_states` may be a flag or, as in `transformers`, an index or a list of indices into the L+1
-        states (negative ones count from the end): then the states not selected are None."""
+        states (negative ones count from the end): then the states not selected are None.
+
+        `kernel_options` (a keyword, as `transformers`' FlexAttention models take it) go to every
+        `torch.nn.attention.flex_attention` call under `attn_implementation="flex_attention"`, and are ignored
+        otherwise: e.g. `{"num_stages": 1}` where the compiled kernel's default configuration needs more shared memory
+        than the GPU has (bf16 on an H100 with torch 2.11: docs/benchmarks.md)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds")
         markers = [name for name in PACKING_MARKERS if kwargs.get(name) is not None]
@@ -596,7 +617,11 @@ class ElcBertModel(ElcBertPreTrainedModel):
         embeddings = self.embed(input_ids, inputs_embeds)
         want_states = wants_hidden_states(output_hidden_states)
         last_hidden_state, states, attentions = self.encoder(
-            embeddings, *self.block_inputs(embeddings, attention_mask, position_ids), output_attentions, want_states
+            embeddings,
+            *self.block_inputs(embeddings, attention_mask, position_ids),
+            output_attentions,
+            want_states,
+            kwargs.get("kernel_options"),
         )
         return BaseModelOutput(
             last_hidden_state=last_hidden_state,
