@@ -84,7 +84,7 @@ def main():
     parser.add_argument(
         "--kernel-options",
         type=json.loads,
-        help="FlexAttention's kernel options, as JSON (e.g. '{\"num_stages\": 1}'; an H100 needs it for bf16)",
+        help="FlexAttention's kernel options, as JSON (e.g. '{\"num_stages\": 1}', which torch 2.11 needed on an H100)",
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

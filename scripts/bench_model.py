@@ -12,8 +12,11 @@ ratios that docs/benchmarks.md records.
     python scripts/bench_model.py --device cuda --bf16 [--attn-implementation flex_attention]
 
 On CUDA the table also gives each model's peak memory (`torch.cuda.max_memory_allocated`); `--bf16` runs the steps
-under bf16 autocast. FlexAttention has no CPU backward in torch 2.13, so `--attn-implementation flex_attention` needs
-a GPU.
+under bf16 autocast (the activation memory is counted on one fp32 step, without it). FlexAttention has no CPU backward
+in torch 2.13, so `--attn-implementation flex_attention` needs a GPU; it builds our models with
+`attention_probs_dropout_prob=0` (FlexAttention has no attention dropout; in our attention module that also turns off
+the dropout of the relative embedding and of the sublayer output), and `--kernel-options '{"num_stages": 1}'` hands
+FlexAttention's kernel options to every block.
 """
 
 import argparse

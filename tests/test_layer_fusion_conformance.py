@@ -453,6 +453,36 @@ def test_attn_implementation_reaches_the_backbone(kind, fusion, entry, tmp_path)
     check_close(logits["sdpa"], logits["eager"], 1e-5, f"{entry}: sdpa vs eager", attention_mask)
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["backbone", "feature-cache"])
+@pytest.mark.parametrize("fusion", ["dwatt", "extra_layers"])
+def test_kernel_options_reach_the_backbone_and_the_extra_blocks(fusion, cached, monkeypatch):
+    """`kernel_options` given to a fusion model (a keyword, as to `ElcBertModel`) reach every FlexAttention call of an
+    ELC-BERT backbone, through the feature cache too, and of Base+n's extra blocks."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    calls = []
+    original = flex_module.flex_attention
+    monkeypatch.setattr(
+        flex_module, "flex_attention", lambda *a, **k: calls.append(k.get("kernel_options")) or original(*a, **k)
+    )
+    config = LayerFusionConfig(
+        backbone_config=tiny_backbone_config("elc_bert"),
+        fusion=fusion,
+        num_labels=NUM_LABELS,
+        freeze_backbone=cached,
+        num_extra_layers=2,
+    )
+    model = AutoModelForTokenClassification.from_config(config, attn_implementation="flex_attention").eval()
+    if cached:
+        model.layer_fusion.enable_feature_cache()
+    input_ids, attention_mask = make_batch([6, 4], pad_id=3)
+    options = {"num_stages": 1}
+    with torch.no_grad():
+        model(input_ids, attention_mask=attention_mask, kernel_options=options)
+    extra_blocks = config.num_extra_layers if fusion == "extra_layers" else 0
+    assert calls == [options] * (config.backbone_config.num_hidden_layers + extra_blocks)
+
+
 @pytest.mark.parametrize("fusion", ["dwatt", "extra_layers"])
 def test_packed_sequences_stay_apart_through_a_fusion_model_on_elc_bert(fusion):
     """`position_ids` that restart mark packed sequences for an ELC-BERT backbone: a fusion head hands them to the

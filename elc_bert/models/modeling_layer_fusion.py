@@ -5,6 +5,7 @@ ELC-BERT, ...) yields per-token states z_0..z_L; a fusion module maps them to on
 head reads.
 """
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -137,10 +138,12 @@ class ExtraLayers(nn.Module):
             layer_class(config.backbone_config, depth + i) for i in range(config.num_extra_layers)
         )
 
-    def forward(self, states, attention_mask, backbone, position_ids=None):
+    def forward(self, states, attention_mask, backbone, position_ids=None, kernel_options=None):
         """states: z_0..z_L, each B x T x D; attention_mask: B x T (1 = real token) or None; position_ids: as the
-        backbone took them (on ELC-BERT, packed sequences stay apart in the extra blocks too). Returns the last extra
-        layer's output (B x T x D) and None (no depth weights)."""
+        backbone took them (on ELC-BERT, packed sequences stay apart in the extra blocks too); kernel_options:
+        FlexAttention's, for every extra block. Returns the last extra layer's output (B x T x D) and None (no depth
+        weights)."""
+        extra = {} if kernel_options is None else {"kernel_options": kernel_options}
         hidden_states = states[-1]
         if isinstance(backbone, ElcBertModel):
             block_inputs = backbone.block_inputs(hidden_states, attention_mask, position_ids)
@@ -155,7 +158,9 @@ class ExtraLayers(nn.Module):
             for slot, state in enumerate(states[1:], start=1):
                 stack.write(slot, state)
         for slot, layer in enumerate(self.layers, start=len(states)):
-            output = layer(stack.mix(layer.prev_layer_weights) if stack is not None else hidden_states, *block_inputs)
+            output = layer(
+                stack.mix(layer.prev_layer_weights) if stack is not None else hidden_states, *block_inputs, **extra
+            )
             hidden_states = output[0] if isinstance(output, tuple) else output
             if stack is not None:
                 stack.write(slot, hidden_states)
@@ -310,15 +315,18 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             raise InputError("the feature cache needs a frozen backbone (config.freeze_backbone=True)")
         self.feature_cache = FeatureCache() if enabled else None
 
-    def backbone_states(self, input_ids, attention_mask, token_type_ids=None, positions=None, position_ids=None):
+    def backbone_states(
+        self, input_ids, attention_mask, token_type_ids=None, positions=None, position_ids=None, kernel_options=None
+    ):
         """The backbone's states z_0..z_L, each B x T x D, or with `positions` (B x T bool, real tokens only) each
         N x D for those N positions in row-major order; from the feature cache when it is enabled (which keys states
-        by sentence, so it takes no `position_ids`)."""
+        by sentence, so it takes no `position_ids`). `kernel_options`: FlexAttention's, for the backbone."""
         if self.feature_cache is not None:
             if position_ids is not None:
                 raise InputError("the feature cache keys states by sentence: it takes no position_ids (packed rows)")
-            return self.feature_cache.states(self._run_backbone, input_ids, attention_mask, token_type_ids, positions)
-        states = self._run_backbone(input_ids, attention_mask, token_type_ids, position_ids)
+            run = functools.partial(self._run_backbone, kernel_options=kernel_options)
+            return self.feature_cache.states(run, input_ids, attention_mask, token_type_ids, positions)
+        states = self._run_backbone(input_ids, attention_mask, token_type_ids, position_ids, kernel_options)
         return [state[positions] for state in states] if positions is not None else states
 
     @torch.no_grad()
@@ -336,12 +344,14 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         self.feature_cache.fill(self._run_backbone, examples, pad, self.backbone.device, batch_size, progress)
         self.backbone.train(was_training)
 
-    def _run_backbone(self, input_ids, attention_mask, token_type_ids, position_ids=None):
+    def _run_backbone(self, input_ids, attention_mask, token_type_ids, position_ids=None, kernel_options=None):
         """z_0..z_L, with z_L the backbone's own output (for an ELC-BERT `weighted_output` backbone that is its
         output mixture, not the last block's state)."""
         kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         if position_ids is not None:
             kwargs["position_ids"] = position_ids
+        if kernel_options is not None:  # FlexAttention's: ELC-BERT and transformers' own encoders take them alike
+            kwargs["kernel_options"] = kernel_options
         output = self.backbone(input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
         return [*output.hidden_states[:-1], output.last_hidden_state]
 
@@ -366,6 +376,9 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         position_ids: handed to the backbone (an ELC-BERT reads restarting ones as packed sequences and keeps them
         apart, in Base+n's extra blocks too; the BERT family reads them as absolute positions).
 
+        kernel_options (a keyword): FlexAttention's kernel options, handed to the backbone and Base+n's extra blocks
+        under `attn_implementation="flex_attention"` (see `ElcBertModel.forward`).
+
         output_hidden_states: a flag, an index or a list of indices (default `config.output_hidden_states`): see
         `LayerFusionOutput.hidden_states`."""
         if output_hidden_states is None:
@@ -376,8 +389,14 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         # Fusing per token, only the wanted tokens need work: a batch of short and long sentences is mostly padding.
         # The hidden states keep the B x T layout, so asking for them turns this off.
         pack = wanted is not None and not (bool(wanted.all()) or want_states or self.config.fusion == "extra_layers")
+        kernel_options = kwargs.get("kernel_options")
         states = self.backbone_states(
-            input_ids, attention_mask, token_type_ids, positions=wanted if pack else None, position_ids=position_ids
+            input_ids,
+            attention_mask,
+            token_type_ids,
+            positions=wanted if pack else None,
+            position_ids=position_ids,
+            kernel_options=kernel_options,
         )
         fused_states = states if self.config.fuse_embeddings else states[1:]
         depth_weights = None
@@ -386,7 +405,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         elif self.config.fusion == "average":
             fused = torch.stack(fused_states).mean(0)
         elif self.config.fusion == "extra_layers":
-            fused, _ = self.fusion(states, attention_mask, self.backbone, position_ids)
+            fused, _ = self.fusion(states, attention_mask, self.backbone, position_ids, kernel_options)
         else:
             fused, depth_weights = self.fusion(fused_states)
         if pack and positions is None:  # back to B x T
