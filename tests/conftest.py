@@ -90,6 +90,23 @@ def batch():
 
 
 @pytest.fixture
+def flex_kernel_options_calls(monkeypatch):
+    """A list that records the `kernel_options` of every `flex_attention` call (None where none were given); torch's
+    function still does the work."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    calls = []
+    original = flex_module.flex_attention
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("kernel_options"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(flex_module, "flex_attention", recording)
+    return calls
+
+
+@pytest.fixture
 def reference_checkpoint(tmp_path):
     """Factory: reference_checkpoint(elc=..., weighted_output=..., fmt=..., **kw) -> (folder, state_dict)."""
     counter = iter(range(1000))

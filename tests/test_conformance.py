@@ -326,17 +326,11 @@ def test_flex_attention_takes_a_mask_tensor_as_older_transformers_give_it(monkey
         torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
 
 
-def test_kernel_options_reach_every_flex_attention_call(monkeypatch):
+def test_kernel_options_reach_every_flex_attention_call(flex_kernel_options_calls):
     """`kernel_options` passed to the model's forward, as transformers' own FlexAttention models take them, reach each
     block's `flex_attention` call, under a layer plan too (the compiled bf16 forward on an H100 with torch 2.11 needed
     `{"num_stages": 1}`: docs/benchmarks.md); without them the calls get None."""
-    import torch.nn.attention.flex_attention as flex_module
-
-    calls = []
-    original = flex_module.flex_attention
-    monkeypatch.setattr(
-        flex_module, "flex_attention", lambda *a, **k: calls.append(k.get("kernel_options")) or original(*a, **k)
-    )
+    calls = flex_kernel_options_calls
     model = task_model(ElcBertForMaskedLM, ("elc", "base"), attn_implementation="flex_attention").eval()
     input_ids, attention_mask = padded_batch([9, 5])
     options = {"num_stages": 1}

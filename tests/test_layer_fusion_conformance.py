@@ -455,16 +455,10 @@ def test_attn_implementation_reaches_the_backbone(kind, fusion, entry, tmp_path)
 
 @pytest.mark.parametrize("cached", [False, True], ids=["backbone", "feature-cache"])
 @pytest.mark.parametrize("fusion", ["dwatt", "extra_layers"])
-def test_kernel_options_reach_the_backbone_and_the_extra_blocks(fusion, cached, monkeypatch):
+def test_kernel_options_reach_the_backbone_and_the_extra_blocks(fusion, cached, flex_kernel_options_calls):
     """`kernel_options` given to a fusion model (a keyword, as to `ElcBertModel`) reach every FlexAttention call of an
     ELC-BERT backbone, through the feature cache too, and of Base+n's extra blocks."""
-    import torch.nn.attention.flex_attention as flex_module
-
-    calls = []
-    original = flex_module.flex_attention
-    monkeypatch.setattr(
-        flex_module, "flex_attention", lambda *a, **k: calls.append(k.get("kernel_options")) or original(*a, **k)
-    )
+    calls = flex_kernel_options_calls
     config = LayerFusionConfig(
         backbone_config=tiny_backbone_config("elc_bert"),
         fusion=fusion,
