@@ -245,7 +245,7 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
         if curves.get((name, seed)):
             row["blimp_curve"] = {step: entry["overall"] for step, entry in sorted(curves[(name, seed)].items())}
         table[f"{name}/seed{seed}"] = row
-        cells = [f"{100 * row[suite]:.1f}" if suite in row else "not scored yet" for suite in suites]
+        cells = [f"{100 * row[suite]:.1f}" if suite in row else "not scored" for suite in suites]
         evaluation = "n/a" if row["eval_loss"] is None else f"{row['eval_loss']:.3f}"
         steps = str(row["step"]) if row["finished"] else f"{row['step']} (training)"
         cells = [name, str(seed), steps, f"{row['final_train_loss']:.3f}", evaluation, *cells]
