@@ -69,6 +69,17 @@ def build_parser() -> argparse.ArgumentParser:
         job_parser.add_argument("-h", "--help", action=ConfigHelp, job=job, help="show this and the config keys")
         job_parser.add_argument("config", help=f"YAML file, or the name of one in configs/{folder}/")
         job_parser.add_argument("overrides", nargs="*", help="key=value, dotted keys for nested fields")
+    prepare_parser = commands.add_parser(
+        "prepare-corpus",
+        help="BabyLM text prepared as the reference prepares it: per-source cleaning, sentences, [PAR] marks",
+    )
+    prepare_parser.add_argument(
+        "inputs",
+        nargs="+",
+        help="text files (.gz ok) or BabyLM folders (their *.train, *.dev, *.test files); a file named as no BabyLM "
+        "source is segmented only",
+    )
+    prepare_parser.add_argument("--out", required=True, help="the folder to write (with prepared.json)")
     scorecard_parser = commands.add_parser("scorecard", help="BLiMP + GLUE (+ MSGS) of a run beside the paper's row")
     scorecard_parser.add_argument(
         "run_dir",

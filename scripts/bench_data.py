@@ -4,15 +4,20 @@ Default: is the span-masking collator ever the bottleneck? Masked batches per se
 second, both in this process at the pretraining shape (batch 32 x length 128) with a strict-small ELC-BERT.
 
 --prepare: reading, tokenizing and packing the pretraining corpus of `--config` (its train_files under `--data-dir`:
-the local stand-in corpus for configs/pretrain/tiny.yaml), `packed_samples(document_dataset(...))`, timed in a fresh
-process with an empty cache folder (first run) and then in another fresh process with that cache (rerun or resume).
+the local stand-in corpus for configs/pretrain/tiny.yaml; or `--files`), `packed_samples(document_dataset(...))`,
+timed in a fresh process with an empty cache folder (first run) and then in another fresh process with that cache
+(rerun or resume); with `--prepare-corpus`, the text is prepared first as the reference prepares the BabyLM corpus.
 The tokenizer is `--tokenizer`, or one trained on the corpus first with the config's vocab_size / min_frequency.
-Then `pack_rows` on these samples: the real-token share of the positions of one epoch of the config's batches
-(collated by the training collator, short_p cuts and all), one sample per row against several to a row, and training
-steps of a strict-small ELC-BERT on `--rounds` such batches both ways: real tokens/s and their ratio, in this process.
+What one epoch of the samples does with the corpus's tokens: the share that reaches a sample and the share repeated,
+beside the reference cache's own rule (which keeps only the first sample's worth of a longer sentence), and the
+share of samples filled. Then `pack_rows` on these samples: the real-token share of the positions of one epoch of the
+config's batches (collated by the training collator, short_p cuts and all), one sample per row against several to a
+row, and training steps of a strict-small ELC-BERT on `--rounds` such batches both ways: real tokens/s and their
+ratio, in this process.
 
     python scripts/bench_data.py [--batch 32 --length 128 --threads 2]
     python scripts/bench_data.py --prepare [--config configs/pretrain/tiny.yaml --data-dir ../shared/data --rounds 4]
+    python scripts/bench_data.py --prepare --files babylm/2023/train_10M [--prepare-corpus] --rounds 0
 """
 
 import argparse
@@ -30,9 +35,11 @@ from transformers import AutoTokenizer
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.data.corpus import document_dataset, packed_samples
-from elc_bert.data.pretraining import SpanMaskingCollator, schedule_batches
+from elc_bert.data.preparation import prepared_lines
+from elc_bert.data.pretraining import SpanMaskingCollator, schedule_batches, span_coverage
 from elc_bert.data.text import corpus_files, read_documents
 from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert.training.pretrain import coverage, sample_words
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -45,23 +52,49 @@ def per_second(function, repeats: int) -> float:
     return repeats / (time.perf_counter() - start)
 
 
-def prepare_once(sources: list[str], tokenizer_dir: str, seq_length: int, cache_dir: str, packing: str) -> dict:
+def prepare_once(
+    sources: list[str], tokenizer_dir: str, seq_length: int, cache_dir: str, packing: str, prepare: bool
+) -> dict:
     """One preparation as a run does it (in the calling process); its seconds and what it made."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     start = time.perf_counter()
-    documents = document_dataset(sources, "train", cache_dir=cache_dir)
+    documents = document_dataset(sources, "train", cache_dir=cache_dir, prepare=prepare)
     samples = packed_samples(documents, tokenizer, seq_length, packing=packing)
     seconds = time.perf_counter() - start
     lengths = pc.list_value_length(samples.data.column("input_ids"))
     tokens = pc.sum(lengths).as_py()
     full = pc.sum(pc.equal(lengths, seq_length).cast("int64")).as_py()
-    return {"seconds": seconds, "samples": len(samples), "tokens": tokens, "full": full, "lengths": lengths.to_pylist()}
+    result = {"seconds": seconds, "samples": len(samples), "tokens": tokens, "full": full}
+    result.update(coverage(samples), words=int(sample_words(samples).sum()), lengths=lengths.to_pylist())
+    return result
 
 
-def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing) -> dict:
+def reference_rule_reach(sources: list[str], tokenizer_dir: str, seq_length: int, prepare: bool, cache_dir) -> float:
+    """The share of the corpus's tokens that reach a sample under the reference cache's own rule, where a sentence
+    longer than a sample keeps only its first sample's worth (written here from its description)."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    documents = document_dataset(sources, "train", cache_dir=cache_dir, prepare=prepare)
+    total = reached = 0
+    for batch in documents.iter(batch_size=1000):
+        for document in batch["sentences"]:
+            lengths = [len(ids) for ids in tokenizer(document, add_special_tokens=False)["input_ids"]]
+            spans, start, end = [], 0, 0
+            for length in lengths:
+                sentence_start, end = end, end + length
+                if end - start > seq_length - 2:
+                    spans.append((start, start + seq_length - 2))
+                    start = sentence_start
+            if end > start:
+                spans.append((start, min(end, start + seq_length - 2)))
+            new, missed = span_coverage(spans, end)
+            total, reached = total + end, reached + sum(new)
+    return reached / total
+
+
+def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing, prepare) -> dict:
     """`prepare_once` in a new Python process: nothing of this one (imports, memoised hashes) helps it."""
     job = {"sources": sources, "tokenizer_dir": tokenizer_dir, "seq_length": seq_length, "cache_dir": cache_dir}
-    job["packing"] = packing
+    job.update(packing=packing, prepare=prepare)
     result = subprocess.run(
         [sys.executable, __file__, "--prepare-job", json.dumps(job)], stdout=subprocess.PIPE, check=True, text=True
     )
@@ -71,24 +104,30 @@ def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, pack
 def bench_prepare(args):
     with open(args.config, encoding="utf-8") as handle:
         config = yaml.safe_load(handle)
-    sources = [str(Path(args.data_dir) / name) for name in config["train_files"]]
+    names = args.files or config["train_files"]
+    sources = [str(Path(args.data_dir) / name) for name in names]
     seq_length, packing = config["seq_length"], config.get("packing", "reference")  # PretrainConfig's default
     with tempfile.TemporaryDirectory(prefix="bench_data_") as scratch:
         tokenizer_dir = args.tokenizer
         if tokenizer_dir is None:
             files = [path for source in sources for path in corpus_files(source, "train")]
             start = time.perf_counter()
-            lines = (line for document in read_documents(files) for line in document)
+            if args.prepare_corpus:
+                lines = (line for path in files for line in prepared_lines(path) if line)
+            else:
+                lines = (line for document in read_documents(files) for line in document)
             tokenizer = train_tokenizer(lines, config["vocab_size"], config["min_frequency"])
             tokenizer_dir = str(Path(scratch) / "tokenizer")
             tokenizer.save_pretrained(tokenizer_dir)
             print(f"tokenizer: trained in {time.perf_counter() - start:.1f} s (vocabulary {len(tokenizer):,})")
         cache_dir = str(Path(scratch) / "cache")  # empty: the first run prepares everything
-        first = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing)
-        second = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing)
+        first = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing, args.prepare_corpus)
+        second = prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing, args.prepare_corpus)
+        old_reach = reference_rule_reach(sources, tokenizer_dir, seq_length, args.prepare_corpus, cache_dir)
     if second["samples"] != first["samples"] or second["tokens"] != first["tokens"]:
         raise RuntimeError(f"the cached samples differ from the prepared ones: {first} vs {second}")
-    print(f"corpus: {', '.join(config['train_files'])} under {args.data_dir}")
+    prepared = "prepared as the reference prepares BabyLM" if args.prepare_corpus else "raw lines"
+    print(f"corpus: {', '.join(names)} under {args.data_dir} ({prepared}; {first['words']:,} words)")
     print(f"samples: {first['samples']:,} of at most {seq_length} tokens ({first['tokens']:,} tokens)")
     # What a GPU pays for: a batch is padded to seq_length, so the real tokens' share of its positions is this.
     share = first["tokens"] / (first["samples"] * seq_length)
@@ -96,10 +135,15 @@ def bench_prepare(args):
         f"real-token share of the padded samples: {share:.1%}; samples filled to {seq_length}: "
         f"{first['full'] / first['samples']:.1%} (packing {packing})"
     )
+    print(
+        f"corpus tokens reaching a sample in one epoch: {first['corpus_token_share']:.2%} (the reference cache's own "
+        f"rule: {old_reach:.2%}); repeated: {first['repeated_token_share']:.2%} of the corpus's tokens"
+    )
     print(f"first run (empty cache, fresh process): {first['seconds']:.2f} s")
     print(f"second run (same cache, fresh process): {second['seconds']:.3f} s")
     print(f"first / second ratio: {first['seconds'] / second['seconds']:,.0f}x (target >= 10x)")
-    bench_shared_rows(first["lengths"], config, args)
+    if args.rounds:
+        bench_shared_rows(first["lengths"], config, args)
 
 
 def bench_shared_rows(lengths: list[int], config: dict, args) -> None:
@@ -159,7 +203,11 @@ def main():
     parser.add_argument("--config", default=str(ROOT / "configs" / "pretrain" / "tiny.yaml"))
     parser.add_argument("--data-dir", default=str(ROOT.parent / "shared" / "data"))
     parser.add_argument("--tokenizer", help="a saved tokenizer's folder (default: train one on the corpus)")
-    parser.add_argument("--rounds", type=int, default=4, help="--prepare: batches timed each way for pack_rows")
+    parser.add_argument("--files", nargs="+", help="--prepare: these corpus entries instead of the config's")
+    parser.add_argument("--prepare-corpus", action="store_true", help="--prepare: prepare the text first")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="--prepare: batches timed each way for pack_rows (0: no pack_rows)"
+    )
     parser.add_argument("--prepare-job", help=argparse.SUPPRESS)  # a fresh process's run of `prepare_once`
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 from elc_bert.data import corpus
 from elc_bert.data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
 from elc_bert.data.jsonl import read_jsonl
-from elc_bert.data.pretraining import pack_sentences
+from elc_bert.data.pretraining import pack_sentences, packed_segments
 from elc_bert.data.text import corpus_files, read_documents, read_lines
 from elc_bert.data.tokenizer import train_tokenizer
 
@@ -30,7 +30,7 @@ DOCUMENTS = ["One two three.\nFour five six seven.\n\nEight nine.", "", "Ten ele
 def reference_samples(documents: list[list[str]], tokenizer, seq_length: int) -> list[list[int]]:
     """In-memory packing, as `build_samples` in training/pretrain.py did before it used this module."""
     tokenized = [tokenizer(document, add_special_tokens=False)["input_ids"] for document in documents]
-    segments = pack_sentences(tokenized, seq_length - 2)
+    segments = packed_segments(tokenized, seq_length - 2, "sentences")
     return [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]
 
 
@@ -89,7 +89,7 @@ def test_same_samples_as_in_memory_packing_on_babylm_files(babylm_folder, tokeni
     assert documents["sentences"] == expected
     for seq_length in (16, 48):
         samples = packed_samples(documents, tokenizer, seq_length, progress=False)
-        assert samples.column_names == ["input_ids"]
+        assert samples.column_names == ["input_ids", "words", "new_tokens", "missed_tokens"]
         assert samples["input_ids"] == reference_samples(expected, tokenizer, seq_length)
         assert max(len(ids) for ids in samples["input_ids"]) == seq_length
 
@@ -155,7 +155,8 @@ def test_dataset_source_on_a_local_dataset_folder(tokenizer, tmp_path):
     source = DatasetSource(str(folder))
     documents = document_dataset(source, cache_dir=tmp_path / "cache")
     expected = [["One two three.", "Four five six seven.", "Eight nine."], ["Ten eleven twelve.", "Thirteen."]]
-    assert documents.column_names == ["sentences"] and documents["sentences"] == expected
+    assert documents.column_names == ["sentences", "words"] and documents["sentences"] == expected
+    assert documents["words"] == [9, 4]  # whitespace words of each text
     assert document_dataset(source, cache_dir=tmp_path / "cache").cache_files == documents.cache_files
     samples = packed_samples(documents, tokenizer, 12, progress=False)
     assert samples["input_ids"] == reference_samples(expected, tokenizer, 12)

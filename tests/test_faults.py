@@ -156,7 +156,7 @@ def test_fine_tuning_jobs_refuse_models_that_did_not_load(tmp_path):
 def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
     import datasets
 
-    from elc_bert.data.pretraining import pack_sentences
+    from elc_bert.data.pretraining import packed_segments
     from elc_bert.training.pretrain import StreamedRows
 
     empty = datasets.Dataset.from_dict({"input_ids": [[1, 2]]}).to_iterable_dataset().filter(lambda row: False)
@@ -164,7 +164,7 @@ def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
         next(iter(StreamedRows(empty, batch_size=2, parts=1, num_steps=3, max_length=8)))
     # One sentence of 3 M tokens (a 10 MB line): cut once into pieces (a quadratic cut takes minutes here).
     sentence = list(range(3_000_000))
-    segments = pack_sentences([[sentence, [7, 8]]], 126)
+    segments = packed_segments([[sentence, [7, 8]]], 126, "sentences")
     assert [token for segment in segments[:-1] for token in segment] == sentence[: 126 * (len(segments) - 1)]
     assert segments[-1] == sentence[126 * (len(segments) - 1) :] + [7, 8] or segments[-1] == [7, 8]
 

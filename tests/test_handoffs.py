@@ -21,6 +21,7 @@ from elc_bert import (
     LayerFusionForTokenClassification,
     runs,
 )
+from elc_bert.data.corpus import packed_samples
 from elc_bert.data.ner import load_conll03
 from elc_bert.data.tokenizer import load_tokenizer, pipeline_ready, save_tokenizer, train_tokenizer
 from elc_bert.evaluation.blimp import evaluate_blimp
@@ -251,13 +252,12 @@ def test_words_seen_checkpoints(run):
         assert seen["milestone"] == words and seen["words"] >= words
         assert json.loads((folder / "config.json").read_text())["sparse_prediction"] is False
         assert AutoModelForMaskedLM.from_pretrained(folder) is not None and (folder / "tokenizer.json").is_file()
-    # words of a sample: its whitespace-separated words, counted on the decoded text
+    # words of the samples: the whitespace-separated words of the text, each counted once in an epoch
     import datasets
 
-    samples = datasets.Dataset.from_dict(
-        {"input_ids": [tokenizer(t, add_special_tokens=False)["input_ids"] for t in ("a b, c (d) 1999", "x", "")]}
-    )
-    assert sample_words(samples, tokenizer).tolist() == [5, 1, 0]
+    documents = datasets.Dataset.from_dict({"sentences": [["a b, c (d) 1999", "x"], ["y z"]], "words": [6, 2]})
+    samples = packed_samples(documents, tokenizer, 8, progress=False)
+    assert len(samples) > 2 and sample_words(samples).sum() == 8
 
 
 @pytest.mark.slow

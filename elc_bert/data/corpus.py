@@ -13,36 +13,52 @@ from pathlib import Path
 
 from ..extras import needs
 from ..models.errors import InputError
-from .pretraining import PACKINGS
+from .preparation import original_words, preparation_code, prepared_lines, recorded_words, segmented
+from .pretraining import PACKINGS, span_coverage
 from .sources import DatasetSource
-from .text import corpus_files, file_documents, read_lines, read_text
+from .text import corpus_files, documents_of_lines, file_documents, numbered_lines, read_lines, read_text
 
 with needs("data", "the pretraining corpus (elc_bert.data.corpus)"):
     import datasets
     from datasets.exceptions import DatasetGenerationError
     from datasets.fingerprint import Hasher
 
-DOCUMENT_FEATURES = datasets.Features({"sentences": datasets.List(datasets.Value("string"))})
-SAMPLE_FEATURES = datasets.Features({"input_ids": datasets.List(datasets.Value("int32"))})
+# A document's "words": its share of the words of the text as released (BabyLM's count: whitespace-separated), which
+# stays the same whatever preparation does to the text.
+DOCUMENT_FEATURES = datasets.Features(
+    {"sentences": datasets.List(datasets.Value("string")), "words": datasets.Value("int64")}
+)
+# A sample's "words": the words of the tokens it is the first sample to hold ("new_tokens"); "missed_tokens": tokens
+# of its document that no sample holds, on the document's last sample (0 with the packings here).
+SAMPLE_FEATURES = datasets.Features(
+    {
+        "input_ids": datasets.List(datasets.Value("int32")),
+        "words": datasets.Value("int64"),
+        "new_tokens": datasets.Value("int32"),
+        "missed_tokens": datasets.Value("int32"),
+    }
+)
 
 
 def document_dataset(
-    source: str | Path | list[str | Path] | DatasetSource, split: str = "train", cache_dir=None
+    source: str | Path | list[str | Path] | DatasetSource, split: str = "train", cache_dir=None, prepare: bool = False
 ) -> datasets.Dataset:
-    """One row per document, with a column "sentences" (its non-empty stripped lines), cached on disk.
+    """One row per document, with a column "sentences" (its non-empty stripped lines) and its "words" (see
+    DOCUMENT_FEATURES), cached on disk.
 
     `source` is a text file or a BabyLM-style folder (or a list of them, read in turn), read as `corpus_files(source,
     split)` + `read_documents` do: a blank line or the end of a file ends a document; .gz files are unzipped. Or it
-    is a `DatasetSource`, whose own split is read (`split` is for folders). `cache_dir` defaults to the datasets
-    library's cache (HF_DATASETS_CACHE).
+    is a `DatasetSource`, whose own split is read (`split` is for folders). With `prepare`, each file's (or text's)
+    lines are first prepared as the reference prepares the BabyLM corpus (`preparation.prepared_lines`: cleaning,
+    segmentation, [PAR] marks). `cache_dir` defaults to the datasets library's cache (HF_DATASETS_CACHE).
     """
     if isinstance(source, DatasetSource):
         texts = _load_texts(source, cache_dir)
-        key = _cache_key(texts._fingerprint, source.text_column)
+        key = _cache_key(texts._fingerprint, source.text_column, _preparation_key(prepare))
         return texts.map(
             _documents_of_texts,
             batched=True,
-            fn_kwargs={"text_column": source.text_column},
+            fn_kwargs={"text_column": source.text_column, "prepare": prepare},
             remove_columns=[source.text_column],
             features=DOCUMENT_FEATURES,
             new_fingerprint=key,
@@ -51,12 +67,14 @@ def document_dataset(
     sources = source if isinstance(source, list | tuple) else [source]
     files = [path for one in sources for path in corpus_files(one, split)]
     # Each file's size and modification time are in the key: a file changed since the last run is read again.
-    key = _cache_key([(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files])
+    stats = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files]
+    key = _cache_key(stats, _preparation_key(prepare), [recorded_words(path) for path in files])
     try:
         return datasets.Dataset.from_generator(
             _documents_of_files,
             features=DOCUMENT_FEATURES,
-            gen_kwargs={"files": [str(path) for path in files]},  # a list: one shard (generator call) per file
+            # a list: one shard (generator call) per file
+            gen_kwargs={"files": [str(path) for path in files], "prepare": prepare},
             cache_dir=None if cache_dir is None else str(cache_dir),
             fingerprint=key,
         )
@@ -96,16 +114,21 @@ def packed_samples(
 
 
 def streamed_samples(
-    source: DatasetSource, tokenizer, seq_length: int, cache_dir=None, packing: str = "sentences"
+    source: DatasetSource,
+    tokenizer,
+    seq_length: int,
+    cache_dir=None,
+    packing: str = "sentences",
+    prepare: bool = False,
 ) -> datasets.IterableDataset:
-    """The samples of `packed_samples(document_dataset(source), ...)`, packed while `source` streams in (nothing is
-    downloaded first nor cached; `cache_dir` only holds the loader's lock files)."""
+    """The samples of `packed_samples(document_dataset(source, prepare=prepare), ...)`, packed while `source` streams
+    in (nothing is downloaded first nor cached; `cache_dir` only holds the loader's lock files)."""
     if seq_length < 3:
         raise InputError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
     documents = _load_texts(source, cache_dir, streaming=True).map(
         _documents_of_texts,
         batched=True,
-        fn_kwargs={"text_column": source.text_column},
+        fn_kwargs={"text_column": source.text_column, "prepare": prepare},
         remove_columns=[source.text_column],
         features=DOCUMENT_FEATURES,
     )
@@ -113,7 +136,7 @@ def streamed_samples(
         _pack_batch,
         batched=True,
         fn_kwargs={"tokenizer": tokenizer, "seq_length": seq_length, "packing": packing},
-        remove_columns=["sentences"],
+        remove_columns=["sentences", "words"],
         features=SAMPLE_FEATURES,
     )
 
@@ -135,21 +158,53 @@ def _load_texts(source: DatasetSource, cache_dir=None, streaming: bool = False):
     return texts.select_columns([source.text_column])
 
 
-def _documents_of_files(files: list[str]):
-    """Yields the documents of each file as rows; a file without text adds none."""
+def _documents_of_files(files: list[str], prepare: bool = False):
+    """Yields the documents of each file as rows (prepared first with `prepare`); a file without text adds none."""
     for path in files:
-        for document in file_documents(path):
-            yield {"sentences": document}
+        documents = list(documents_of_lines(prepared_lines(path)) if prepare else file_documents(path))
+        words = None if prepare else recorded_words(path)  # a file that prepare-corpus wrote: its source's words
+        words = original_words(path) if words is None else words
+        for document, share in zip(documents, _shares(words, [_whitespace_words(d) for d in documents])):
+            yield {"sentences": document, "words": share}
 
 
-def _documents_of_texts(batch: dict, text_column: str) -> dict:
-    """Rows of texts to rows of sentences (the stripped non-empty lines); texts without any are dropped."""
-    documents = ([line.strip() for line in (text or "").splitlines() if line.strip()] for text in batch[text_column])
-    return {"sentences": [document for document in documents if document]}
+def _documents_of_texts(batch: dict, text_column: str, prepare: bool = False) -> dict:
+    """Rows of texts to rows of sentences (the stripped non-empty lines, prepared first with `prepare`) and the
+    text's words; texts without any are dropped."""
+    rows = {"sentences": [], "words": []}
+    for text in batch[text_column]:
+        lines = (text or "").splitlines()
+        sentences = [line.strip() for line in (segmented(lines) if prepare else lines) if line.strip()]
+        if sentences:
+            rows["sentences"].append(sentences)
+            rows["words"].append(len((text or "").split()))
+    return rows
+
+
+def _whitespace_words(document: list[str]) -> int:
+    return sum(len(line.split()) for line in document)
+
+
+def _shares(total: int, weights: list[int]) -> list[int]:
+    """`total` split in proportion to `weights` (evenly where they are all 0), in whole numbers that sum to it: the
+    rounded cumulative shares' differences."""
+    if not weights:
+        return []
+    if not any(weights):
+        weights = [1] * len(weights)
+    cumulative, parts, before = 0, [], 0
+    whole = sum(weights)
+    for weight in weights:
+        cumulative += weight
+        upto = (total * cumulative + whole // 2) // whole
+        parts.append(upto - before)
+        before = upto
+    return parts
 
 
 def _pack_batch(batch: dict, tokenizer, seq_length: int, packing: str = "sentences") -> dict:
-    """A batch of documents to its samples. Documents are packed independently, so batches can be too."""
+    """A batch of documents to its samples (see SAMPLE_FEATURES). Documents are packed independently, so batches
+    can be too."""
     documents = batch["sentences"]
     sentences = [sentence for document in documents for sentence in document]
     # One call for the whole batch (fast); verbose=False silences the "longer than the specified maximum sequence
@@ -157,14 +212,23 @@ def _pack_batch(batch: dict, tokenizer, seq_length: int, packing: str = "sentenc
     ids = tokenizer(
         sentences, add_special_tokens=False, verbose=False, return_attention_mask=False, return_token_type_ids=False
     )["input_ids"]
-    tokenized, start = [], 0
-    for document in documents:
-        tokenized.append(ids[start : start + len(document)])
-        start += len(document)
     if packing not in PACKINGS:
         raise InputError(f"packing must be one of {sorted(PACKINGS)}, got {packing!r}")
-    segments = PACKINGS[packing](tokenized, seq_length - 2)
-    return {"input_ids": [[tokenizer.cls_token_id, *segment, tokenizer.sep_token_id] for segment in segments]}
+    rows = {name: [] for name in SAMPLE_FEATURES}
+    start = 0
+    for document, words in zip(documents, batch["words"]):
+        tokenized = ids[start : start + len(document)]
+        start += len(document)
+        tokens = [token for sentence in tokenized for token in sentence]
+        spans = PACKINGS[packing]([len(sentence) for sentence in tokenized], seq_length - 2)
+        new, missed = span_coverage(spans, len(tokens))
+        rows["input_ids"] += [[tokenizer.cls_token_id, *tokens[a:b], tokenizer.sep_token_id] for a, b in spans]
+        rows["new_tokens"] += new
+        rows["missed_tokens"] += [0] * (len(spans) - 1) + [missed] if spans else []
+        # the document's words go with its tokens: each sample counts those of the tokens it is the first to hold
+        seen = (words * (len(tokens) - missed) + len(tokens) // 2) // len(tokens) if tokens else 0
+        rows["words"] += _shares(seen, new)
+    return rows
 
 
 def _tokenizer_key(tokenizer):
@@ -178,6 +242,11 @@ def _tokenizer_key(tokenizer):
     definition.pop("truncation", None)
     definition.pop("padding", None)
     return [definition, tokenizer.cls_token_id, tokenizer.sep_token_id]
+
+
+def _preparation_key(prepare: bool):
+    """What prepared documents depend on besides their text (nothing when not prepared)."""
+    return preparation_code() if prepare else None
 
 
 def _cache_key(*parts) -> str:
@@ -203,7 +272,19 @@ def _progress_bars(enabled: bool):
 _CODE = Hasher.hash(
     [
         function.__code__
-        for function in (read_text, read_lines, file_documents, _documents_of_files, _documents_of_texts, _pack_batch)
+        for function in (
+            read_text,
+            numbered_lines,
+            read_lines,
+            file_documents,
+            documents_of_lines,
+            original_words,
+            _documents_of_files,
+            _documents_of_texts,
+            _shares,
+            _pack_batch,
+            span_coverage,
+        )
     ]
     + [pack.__code__ for pack in PACKINGS.values()]
 )

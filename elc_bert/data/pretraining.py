@@ -6,7 +6,7 @@ The collator is vectorised over the batch and over candidate spans: no Python lo
 """
 
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,50 +14,73 @@ import torch
 from ..models.errors import InputError
 
 
-def pack_sentences(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int) -> list[list[int]]:
-    """Greedily packs whole sentences (lists of token ids) of each document into segments of at most `max_tokens`.
+def pack_sentences(sentence_lengths: Sequence[int], max_tokens: int) -> list[tuple[int, int]]:
+    """Greedily packs whole sentences of a document into segments of at most `max_tokens`: the segments as (start,
+    end) spans over the document's tokens (its sentences laid end to end, of `sentence_lengths` tokens).
 
-    A sentence that does not fit starts the next segment; one longer than `max_tokens` is cut into pieces. Segments
-    never cross document boundaries.
+    A sentence that does not fit starts the next segment; one longer than `max_tokens` is cut into pieces, each a
+    segment (its last piece may take the following sentences). No token is left out and none is repeated.
     """
+    spans, start = [], 0
+    for sentence_start, end in _sentence_bounds(sentence_lengths):
+        if end - start > max_tokens and sentence_start > start:  # does not fit: the segment ends before it
+            spans.append((start, sentence_start))
+            start = sentence_start
+        while end - start > max_tokens:  # an over-long sentence: pieces of max_tokens
+            spans.append((start, start + max_tokens))
+            start += max_tokens
+    return _with_rest(spans, start, sum(sentence_lengths))
+
+
+def fill_segments(sentence_lengths: Sequence[int], max_tokens: int) -> list[tuple[int, int]]:
+    """Packs a document's sentences as the reference cache (`cache_dataset.py`) does, as (start, end) spans over its
+    tokens (its sentences laid end to end, of `sentence_lengths` tokens): sentences are appended to the segment until
+    it holds more than `max_tokens`; then its first `max_tokens` are a segment (so it ends inside the sentence that
+    overflowed), and the next segment starts again with that whole sentence, whose cut part is thus repeated.
+    Segments are full except at document ends, start at a sentence start, and never cross document boundaries.
+
+    One change to the reference's rule: a sentence longer than `max_tokens` continues in the next segment (the
+    reference keeps its first `max_tokens` tokens, twice, and drops the rest), so every token reaches a segment.
+    """
+    spans, start = [], 0
+    for sentence_start, end in _sentence_bounds(sentence_lengths):
+        if end - start > max_tokens and sentence_start > start:  # overflow: a full segment, then restart
+            spans.append((start, start + max_tokens))
+            start = sentence_start
+        while end - start > max_tokens:  # the sentence alone is longer than a segment: it continues
+            spans.append((start, start + max_tokens))
+            start += max_tokens
+    return _with_rest(spans, start, sum(sentence_lengths))
+
+
+def _sentence_bounds(sentence_lengths: Sequence[int]) -> Iterator[tuple[int, int]]:
+    end = 0
+    for length in sentence_lengths:
+        yield end, end + length
+        end += length
+
+
+def _with_rest(spans: list[tuple[int, int]], start: int, total: int) -> list[tuple[int, int]]:
+    return [*spans, (start, total)] if total > start else spans
+
+
+def span_coverage(spans: Sequence[tuple[int, int]], total: int) -> tuple[list[int], int]:
+    """For spans over a document of `total` tokens (in order, their starts never decreasing): the tokens each span
+    holds that no span before it held, and the tokens that no span holds."""
+    new, reached = [], 0
+    for start, end in spans:
+        new.append(max(0, end - max(start, reached)))
+        reached = max(reached, end)
+    return new, total - sum(new)
+
+
+def packed_segments(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int, packing: str) -> list[list[int]]:
+    """The token segments of the `packing` rule (`PACKINGS`) over documents of tokenized sentences."""
     segments = []
     for document in documents:
-        current: list[int] = []
-        for sentence in document:
-            sentence = list(sentence)
-            if len(sentence) > max_tokens:  # an over-long sentence becomes pieces of its own (cut once: linear)
-                if current:
-                    segments.append(current)
-                    current = []
-                pieces = [sentence[start : start + max_tokens] for start in range(0, len(sentence), max_tokens)]
-                segments.extend(pieces[:-1])
-                sentence = pieces[-1]
-            if len(current) + len(sentence) > max_tokens:
-                segments.append(current)
-                current = []
-            current = current + sentence
-        if current:
-            segments.append(current)
-    return [segment for segment in segments if segment]
-
-
-def fill_segments(documents: Iterable[Sequence[Sequence[int]]], max_tokens: int) -> list[list[int]]:
-    """Packs the sentences of each document as the reference cache (`cache_dataset.py`) does: sentences are appended
-    to the segment until it holds more than `max_tokens`; then its first `max_tokens` are a segment (so it ends inside
-    the sentence that overflowed), and the next segment starts again with that whole sentence. What is left at the
-    end of a document is its last segment (cut to `max_tokens`). Segments are full except at document ends, start at
-    a sentence start, and never cross document boundaries.
-    """
-    segments = []
-    for document in documents:
-        current: list[int] = []
-        for sentence in document:
-            current = current + list(sentence)
-            if len(current) > max_tokens:
-                segments.append(current[:max_tokens])
-                current = list(sentence)
-        if current:
-            segments.append(current[:max_tokens])
+        tokens = [token for sentence in document for token in sentence]
+        spans = PACKINGS[packing]([len(sentence) for sentence in document], max_tokens)
+        segments.extend(tokens[start:end] for start, end in spans)
     return segments
 
 

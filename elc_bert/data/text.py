@@ -2,7 +2,7 @@
 
 import gzip
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..models.errors import InputError, InputNotFoundError
@@ -67,10 +67,14 @@ def corpus_files(source: str | Path, split: str = "train") -> list[Path]:
 
 
 def file_documents(path: str | Path) -> Iterator[list[str]]:
-    """The documents of one file, as lists of non-empty stripped lines: a blank line ends a document, and so does the
-    end of the file. A file without text yields none."""
+    """The documents of one file (`documents_of_lines` of its lines); a file without text yields none."""
+    return documents_of_lines(read_lines(path))
+
+
+def documents_of_lines(lines: Iterable[str]) -> Iterator[list[str]]:
+    """Lines as documents, lists of non-empty stripped lines: a blank line ends a document, and so does the end."""
     current = []
-    for line in read_lines(path):
+    for line in lines:
         line = line.strip()
         if line:
             current.append(line)

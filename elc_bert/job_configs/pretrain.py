@@ -67,10 +67,16 @@ class PretrainConfig:
         "the share of training samples cut to a random shorter length (uniform in [1, seq_length - 2))",
         bounds="[0, 1)",
     )
+    prepare_corpus: bool = config_field(
+        False,
+        "prepare the text as the reference prepares the BabyLM corpus before tokenizing (elc-bert prepare-corpus: "
+        "per-source cleaning by file name, sentence segmentation, [PAR] at paragraph ends; cached)",
+    )
     packing: Literal[tuple(PACKINGS)] = config_field(
         "reference",
         "how documents become samples: reference (the reference cache: filled across sentences, cut inside the "
-        "overflowing sentence, which starts the next sample again) or sentences (whole sentences only)",
+        "overflowing sentence, which starts the next sample again; a sentence longer than a sample continues in the "
+        "next) or sentences (whole sentences only)",
     )
     pack_rows: bool = config_field(
         False,

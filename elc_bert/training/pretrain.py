@@ -28,12 +28,15 @@ with needs("data", "elc-bert pretrain"):
     import pyarrow.compute
 
 
-def corpus(entries: list, data_dir: Path, split: str, cache_dir=None) -> datasets.Dataset:
-    """The documents of `entries` (one row each, column "sentences"), read once and then from the datasets cache.
-    An entry is a file or BabyLM-style folder relative to `data_dir`, or a dict of `DatasetSource` fields (`path`: a
-    Hub dataset name or a local dataset folder; `name`, `split`, `text_column`)."""
+def corpus(entries: list, data_dir: Path, split: str, cache_dir=None, prepare: bool = False) -> datasets.Dataset:
+    """The documents of `entries` (one row each, columns "sentences" and "words"), read (and with `prepare`,
+    prepared) once and then from the datasets cache. An entry is a file or BabyLM-style folder relative to
+    `data_dir`, or a dict of `DatasetSource` fields (`path`: a Hub dataset name or a local dataset folder; `name`,
+    `split`, `text_column`)."""
     parts = [
-        document_dataset(DatasetSource(**entry) if isinstance(entry, dict) else data_dir / entry, split, cache_dir)
+        document_dataset(
+            DatasetSource(**entry) if isinstance(entry, dict) else data_dir / entry, split, cache_dir, prepare
+        )
         for entry in entries
     ]
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
@@ -140,6 +143,8 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
     if config.tokenizer is not None:
         return load_tokenizer(config.tokenizer)
     recipe = {"vocab_size": config.vocab_size, "min_frequency": config.min_frequency, "train_files": config.train_files}
+    if config.prepare_corpus:  # (not written when false: the recipes of earlier runs stay valid)
+        recipe["prepare_corpus"] = True
     recipe_file = tokenizer_dir / "tokenizer_recipe.json"
     if tokenizer_dir.exists():
         tokenizer = load_tokenizer(tokenizer_dir)
@@ -236,7 +241,9 @@ def _prepared_data(config: PretrainConfig, output_dir: Path):
     """The tokenizer, the phases (`_phases`) with their packed samples in place of their sample length (kept as
     lengths when streaming) and the packed validation samples (None without validation files)."""
     data_dir = Path(config.data_dir)
-    documents = None if config.streaming else corpus(config.train_files, data_dir, "train", config.data_cache_dir)
+    documents = None
+    if not config.streaming:
+        documents = corpus(config.train_files, data_dir, "train", config.data_cache_dir, config.prepare_corpus)
     tokenizer = _tokenizer(config, output_dir / runs.TOKENIZER, documents)
     phases = _phases(config)
     if not config.streaming:
@@ -246,20 +253,28 @@ def _prepared_data(config: PretrainConfig, output_dir: Path):
         ]
     validation = None
     if config.validation_files:
-        validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir)
+        validation = corpus(config.validation_files, data_dir, "dev", config.data_cache_dir, config.prepare_corpus)
         validation = packed_samples(validation, tokenizer, config.seq_length, packing=config.packing)
     return tokenizer, phases, validation
 
 
-def sample_words(samples: datasets.Dataset, tokenizer) -> np.ndarray:
-    """The number of words of every packed sample: its tokens that begin a word, i.e. carry the byte-level space
-    (`Ġ`) that the recipe's pre-tokenizer puts in front of every word of the text."""
-    column = samples.data.column("input_ids").combine_chunks()
-    word_starts = np.zeros(len(tokenizer), dtype=bool)
-    word_starts[[i for token, i in tokenizer.get_vocab().items() if token.startswith("\u0120")]] = True
-    starts = word_starts[column.values.to_numpy(zero_copy_only=False)].astype(np.int64)
-    offsets = column.offsets.to_numpy(zero_copy_only=False)
-    return np.add.reduceat(np.append(starts, 0), offsets[:-1]) * (offsets[1:] > offsets[:-1])
+def sample_words(samples: datasets.Dataset) -> np.ndarray:
+    """The words of every packed sample, as BabyLM counts them (whitespace-separated, in the text as released): each
+    document's words go with its tokens to the samples that first hold them (corpus.SAMPLE_FEATURES), so one epoch
+    of samples counts every word of the corpus once, whatever preparation did to the text."""
+    return samples.data.column("words").to_numpy()
+
+
+def coverage(samples: datasets.Dataset) -> dict[str, float]:
+    """What one epoch of packed samples does with the corpus's tokens: the share that reaches a sample, and the
+    positions holding a token that an earlier sample already held (the reference rule repeats the cut part of a
+    sentence) as a share of the corpus's tokens."""
+    table = samples.data
+    new = pyarrow.compute.sum(table.column("new_tokens")).as_py() or 0
+    missed = pyarrow.compute.sum(table.column("missed_tokens")).as_py() or 0
+    held = sum(sample_lengths(samples)) - 2 * len(samples)  # without [CLS] and [SEP]
+    corpus_tokens = max(1, new + missed)
+    return {"corpus_token_share": new / corpus_tokens, "repeated_token_share": (held - new) / corpus_tokens}
 
 
 def words_label(words: int) -> str:
@@ -325,7 +340,9 @@ def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
     if config.streaming:
         sources = [DatasetSource(**entry) for entry in config.train_files]
         streams = [
-            streamed_samples(source, tokenizer, config.seq_length, config.data_cache_dir, config.packing)
+            streamed_samples(
+                source, tokenizer, config.seq_length, config.data_cache_dir, config.packing, config.prepare_corpus
+            )
             for source in sources
         ]
         stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
@@ -343,7 +360,7 @@ def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
             for micro in split_batches([batch], parts)
         )
         if config.checkpoint_words:
-            words = sample_words(samples, tokenizer)
+            words = sample_words(samples)
             step_words += [int(words[batch].sum()) for batch in batches]
         rows.append(BatchRows(samples, split_batches(batches, parts), parts, len(step_tokens) - steps, max_length))
     return torch.utils.data.ConcatDataset(rows), step_tokens, step_words, sum(step_tokens) / padded
@@ -475,6 +492,9 @@ def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
     metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
     if real_token_share is not None:
         metrics["real_token_share"] = real_token_share
+        for phase, (samples, _, _) in enumerate(phases):  # the long phase's samples are packed anew
+            prefix = "long_phase_" if phase else ""
+            metrics.update({prefix + key: share for key, share in coverage(samples).items()})
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     _save_run(trainer, model, tokenizer, output_dir, metrics)

@@ -1,0 +1,95 @@
+"""The BabyLM corpus raw against prepared as the reference prepares it: the same model, steps and seed trained on each
+(`prepare_corpus: false` / `true`), then BLiMP fast for both, a table and the loss curves.
+
+    OMP_NUM_THREADS=1 python scripts/prepared_vs_raw.py configs/experiments/prepared_vs_raw.yaml [--runs raw]
+
+With --runs only the named runs (raw, prepared) are trained, so that two processes can train them side by side; the
+report needs both. A run that stopped resumes from its last checkpoint; a finished one is not trained again. Writes
+`results.md`, `results.json` and `loss_curves.png` into the config's results_dir.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from elc_bert import plots
+from elc_bert.evaluation.blimp import evaluate_blimp
+from elc_bert.job_configs import PretrainConfig
+from elc_bert.pretrained import load_model
+from elc_bert.runs import METRICS
+from elc_bert.training.pretrain import pretrain
+
+RUNS = {"raw": False, "prepared": True}
+
+
+def train(plan: dict, name: str) -> Path:
+    output_dir = Path(plan["runs_dir"]) / name
+    if not (output_dir / METRICS).is_file():
+        pretrain(PretrainConfig(**plan["pretrain"], output_dir=str(output_dir), prepare_corpus=RUNS[name]))
+    return output_dir
+
+
+def blimp_fast(plan: dict, run: Path) -> dict:
+    report = run / "blimp_fast.json"
+    if not report.is_file():
+        model, tokenizer, _ = load_model(str(run), lm_head=True)
+        data = Path(plan["pretrain"]["data_dir"]) / plan["blimp_fast"]
+        evaluate_blimp(model, tokenizer, data, run, name="blimp_fast")
+    return json.loads(report.read_text())
+
+
+def report(plan: dict) -> None:
+    results_dir = Path(plan["results_dir"])
+    results_dir.mkdir(parents=True, exist_ok=True)
+    rows, curves, summary = [], {}, {}
+    for name in RUNS:
+        run = Path(plan["runs_dir"]) / name
+        metrics = json.loads((run / METRICS).read_text())
+        final, history = metrics["final"], metrics["log_history"]
+        blimp = blimp_fast(plan, run)
+        summary[name] = {
+            "train_loss": final["train_loss"],
+            "eval_loss": final.get("eval_loss"),
+            "blimp_fast": blimp["overall"],
+            "blimp_fast_pairs_wilson95": blimp["overall_pairs_wilson95"],
+            "pairs": blimp["total"],
+            "corpus_token_share": final["corpus_token_share"],
+            "repeated_token_share": final["repeated_token_share"],
+            "real_token_share": final["real_token_share"],
+        }
+        for split, key in (("train", "loss"), ("validation", "eval_loss")):
+            steps = [entry["step"] for entry in history if key in entry]
+            curves[f"{name}, {split}"] = (steps, [entry[key] for entry in history if key in entry])
+        rows.append(
+            f"| {name} | {final['train_loss']:.3f} | {final.get('eval_loss', float('nan')):.3f} | "
+            f"{100 * blimp['overall']:.1f} | {100 * final['corpus_token_share']:.2f}% | "
+            f"{100 * final['repeated_token_share']:.2f}% | {100 * final['real_token_share']:.1f}% |"
+        )
+    table = [
+        "| corpus | training loss | validation loss | BLiMP fast (%) | tokens reaching a sample | repeated | "
+        "real-token share |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *rows,
+    ]
+    (results_dir / "results.md").write_text("\n".join(table) + "\n", encoding="utf-8")
+    (results_dir / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    plots.plot_curves(results_dir / "loss_curves.png", curves, "step", "MLM loss", "Raw lines against prepared text")
+    print("\n".join(table))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("plan", help="the experiment's YAML file")
+    parser.add_argument("--runs", nargs="+", choices=sorted(RUNS), help="train only these runs, no report")
+    args = parser.parse_args()
+    plan = yaml.safe_load(Path(args.plan).read_text(encoding="utf-8"))
+    for name in args.runs or RUNS:
+        train(plan, name)
+    if not args.runs:
+        report(plan)
+
+
+if __name__ == "__main__":
+    main()

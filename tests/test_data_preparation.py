@@ -1,0 +1,248 @@
+"""BabyLM corpus preparation: each source's cleaning rule and the normalisation against outputs written by hand from
+the reference's rules (`ltgoslo/elc-bert`, preprocess/), segmentation with [PAR] marks, `elc-bert prepare-corpus` end
+to end on the staged BabyLM files, the words seen, and bad input."""
+
+import gzip
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from elc_bert.data import preparation
+from elc_bert.data.corpus import document_dataset, packed_samples
+from elc_bert.data.preparation import (
+    BABYLM_SOURCES,
+    MANIFEST,
+    _attached_clitics,
+    _balanced_quotes,
+    _spaced_punctuation,
+    prepare_corpus,
+    prepared_lines,
+    segmented,
+    source_of,
+)
+from elc_bert.data.text import corpus_files, read_lines
+from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert.models.errors import InputError, InputExistsError
+from elc_bert.training.pretrain import sample_words
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "babylm"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("end.Next", "end. Next"),  # a full stop before a capital
+        ("end.next", "end.next"),  # ... not before a small letter (an abbreviation, a file name)
+        ("what?Yes", "what? Yes"),
+        ("wait...what", "wait... what"),
+        ("one,two", "one, two"),
+        ("1,000", "1,000"),
+        ("a;b", "a; b"),
+        ("at 10:30", "at 10:30"),
+        ("note:it", "note: it"),
+        ("( yes )", "(yes)"),
+        ("word . word , word ?", "word. word, word?"),
+        ("$ 5 and 50 %", "$5 and 50%"),
+        ("  many   spaces ", "many spaces"),
+    ],
+)
+def test_spacing_around_punctuation(text, expected):
+    assert _spaced_punctuation(text) == expected
+
+
+def test_clitics_and_quotes():
+    assert _attached_clitics("do n't go , it 's ok . I 'M HERE") == "don't go , it's ok . I'M HERE"
+    assert _attached_clitics("they 've,we 'd.") == "they've,we'd."
+    assert _balanced_quotes('he said "hi"to me') == 'he said "hi" to me'
+    assert _balanced_quotes('x"y"z') == 'x "y" z'
+    assert _balanced_quotes('a " b " c " d') == 'a " b " c " d'  # an odd count: left alone
+    assert _balanced_quotes('said " hi "and') == 'said " hi "and'  # three changes of two quotes: too many, undone
+
+
+CLEANING = {
+    "aochildes": (["hi .", "hi .", "do n't touch it ."], ['"Hi."', '"Don\'t touch it."']),
+    "bnc_spoken": (["yeah .", ".", "", "yeah .", "yeah ."], ['"Yeah."', "", '"Yeah."']),
+    "cbt": (
+        ["-LRB- a -RRB- `` Hello , '' he said .", "", "It 's -LSB- b -RSB- ."],
+        ['(a) "Hello," he said.', "", "It's [b]."],
+    ),
+    "children_stories": (
+        ["Title", "", "    Once upon  a time.", "There was.", "", "The end.", "Again."],
+        ["Title", "[TAB] Once upon a time.", "There was.", "", "The end.", "Again."],
+    ),
+    "gutenberg": (
+        ["The cat", "sat.", "", "", "Chapter 2", "", "It ran."],
+        ["The cat sat.", "", "Chapter 2", "It ran."],
+    ),
+    "open_subtitles": (
+        ["- Hello there.", "- Hello there.", "", "", "JOHN:", "(laughs)", '"Quoted"', "Bye"],
+        ['"Hello there."', "", "JOHN:", "(laughs)", '"Quoted"', '"Bye"'],
+    ),
+    # ftfy decodes HTML entities first, unless the line holds a literal < or >: then markup in entities is dropped
+    "qed": (
+        ["-Tom &amp;amp; Jerry", "x &lt;i&gt; <br>", "&lt;i&gt;y&lt;/i&gt;", "a -> b", "12:", "Hi"],
+        ['"Tom & Jerry"', '"<i>y</i>"', '"Hi"'],
+    ),
+    "simple_wikipedia": (
+        [
+            "Paris",
+            "Paris is the capital[1] of France.",
+            "",
+            "Hombourg",
+            "Hombourg is a commune found in France.",
+            "",
+            "Tree",
+            "A tree &amp; a plant.",
+        ],
+        ["Paris", "Paris is the capital of France.", "", "Tree", "A tree & a plant."],
+    ),
+    "switchboard": (["- Yeah.", "Yeah.", "", "Yeah.", "B: Uh-huh."], ['"Yeah."', "", '"B: Uh-huh."']),
+    "wikipedia": (
+        [
+            "= = = Apollo = = =",
+            "Apollo was a [[Greek god|god]][2].",
+            "[[Category:Gods]]",
+            "",
+            "= = = Zeus = = =",
+            "Zeus.",
+        ],
+        ["Apollo", "Apollo was a Greek god.", "", "Zeus", "Zeus."],
+    ),
+}
+
+
+@pytest.mark.parametrize("source", sorted(CLEANING))
+def test_each_source_cleaned_as_the_reference_cleans_it(source):
+    lines, expected = CLEANING[source]
+    assert list(BABYLM_SOURCES[source].clean(iter(lines))) == expected
+
+
+def test_sources_recognised_by_their_release_names():
+    assert {name for name in BABYLM_SOURCES} >= set(CLEANING) and len(CLEANING) == 10
+    assert source_of("train_10M/aochildes.train").name == "aochildes"  # 2023
+    assert source_of("childes.train.gz").name == "childes"  # 2024 / 2025
+    assert source_of("simple_wiki.dev").name == source_of("simple_wikipedia.test.gz").name == "simple_wikipedia"
+    assert list(BABYLM_SOURCES["childes"].clean(["hi ."])) == ['"hi."']  # the 2024 script does not capitalise
+    for other in ("wiki.train.txt", "switchboard.txt", "notes.train", "aochildes"):
+        assert source_of(other) is None
+
+
+def test_segmentation_marks_paragraph_ends():
+    lines = ["Mr. Smith came home. He left at 5 p.m. on Monday.", "", "One.", "  "]
+    assert list(segmented(lines)) == ["Mr. Smith came home.", "He left at 5 p.m. on Monday.[PAR]", "", "One.[PAR]", ""]
+
+
+def test_plain_text_is_segmented_only_with_a_warning(tmp_path, caplog):
+    text = tmp_path / "notes.txt"
+    text.write_text("Hello world .  It 's me.\n\nBye.\n")
+    with caplog.at_level(logging.WARNING, logger="elc_bert"):
+        assert list(prepared_lines(text)) == ["Hello world .", "It 's me.[PAR]", "", "Bye.[PAR]"]
+    assert str(text) in caplog.text and "plain text" in caplog.text
+
+
+@pytest.mark.slow
+@needs_shared
+def test_prepare_corpus_end_to_end_on_the_staged_files(tmp_path):
+    """The staged 2024 Switchboard file and the 2023 files' first lines, prepared: line counts, words, paragraph
+    marks and documents as the rules give them, a manifest of the inputs, and a second call that keeps the folder."""
+    staged = tmp_path / "babylm"
+    staged.mkdir()
+    for name in ("aochildes", "cbt", "children_stories", "switchboard"):
+        lines = read_lines(SHARED / "2023" / "train_10M" / f"{name}.train.gz")[:3000]
+        with gzip.open(staged / f"{name}.train.gz", "wt", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+    out = tmp_path / "prepared"
+    prepared = {entry.output: entry for entry in prepare_corpus([staged], out, progress=False)}
+    assert sorted(path.name for path in out.iterdir()) == sorted([MANIFEST, *prepared])
+    for name, entry in prepared.items():
+        raw = read_lines(staged / f"{name}.gz")
+        text = read_lines(out / name)
+        assert entry.lines == len(raw) == 3000 and entry.words == sum(len(line.split()) for line in raw)
+        assert entry.sentences == sum(1 for line in text if line) and entry.source == name.split(".")[0]
+        assert entry.paragraphs == sum(line.endswith("[PAR]") for line in text)
+        assert "[PAR]" not in "".join(raw) and all(line.count("[PAR]") <= 1 for line in text)
+    # each utterance of the spoken sources is a paragraph (less the repeats dropped); the stories keep their blocks
+    assert 2900 < prepared["aochildes.train"].paragraphs < 3000 and prepared["aochildes.train"].documents == 1
+    assert prepared["children_stories.train"].documents > 50
+    # each Switchboard turn is quoted, then split into its sentences
+    turns = "\n".join(read_lines(out / "switchboard.train")).split("[PAR]\n")
+    assert all(turn.strip().startswith('"') and turn.endswith('"') for turn in turns if turn.strip())
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["files"]["cbt.train"]["words"] == prepared["cbt.train"].words
+    before = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    again = prepare_corpus([staged], out, progress=False)  # the same inputs: nothing is written again
+    assert {entry.output for entry in again} == set(prepared)
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == before
+    # the whole 2024 Switchboard file
+    switchboard = prepare_corpus([SHARED / "2024" / "train_10M"], tmp_path / "sw24", progress=False)[0]
+    assert switchboard.lines == 18_000 and switchboard.words == 146_789 and switchboard.documents == 1
+
+
+def test_words_seen_equal_on_raw_and_prepared_text(tmp_path):
+    """One epoch of samples counts the words of the text as released, raw or prepared (by the job or by
+    prepare-corpus), though preparation splits, joins, quotes and drops lines."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "aochildes.train").write_text("hi .\nhi .\nwhere 's the ball ?\nthere it is . look !\n")
+    (folder / "gutenberg.train").write_text("The cat\nsat on\nthe mat.\n\n\nChapter 2\n\nIt ran. It hid.\n")
+    (folder / "notes.train").write_text("Plain text , as it is.\n\nMore of it.\n")
+    words = sum(len(line.split()) for path in folder.iterdir() for line in read_lines(path))
+    tokenizer = train_tokenizer(["hi where the ball there it is look cat sat mat chapter ran hid"] * 20, 300, 1)
+    prepare_corpus([folder], tmp_path / "prepared", progress=False)
+    counted = {}
+    for name, source, prepare in (("raw", folder, False), ("job", folder, True), ("folder", tmp_path / "prepared", 0)):
+        documents = document_dataset(source, cache_dir=tmp_path / "cache", prepare=bool(prepare))
+        for length in (8, 64):
+            counted[name, length] = int(
+                sample_words(packed_samples(documents, tokenizer, length, progress=False)).sum()
+            )
+    assert set(counted.values()) == {words} and words == 33
+    # the prepared text itself has other words (quotes joined, repeats dropped, paragraphs joined)
+    prepared_words = sum(len(line.split()) for path in corpus_files(tmp_path / "prepared") for line in read_lines(path))
+    assert prepared_words != words
+
+
+def test_bad_input(tmp_path, monkeypatch):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "cbt.train").write_text("Fine .\n")
+    (folder / "switchboard.train").write_bytes(b"fine\nbad \xff byte\n")
+    with pytest.raises(InputError, match=r"switchboard.train, line 2: not UTF-8"):
+        prepare_corpus([folder], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+    (folder / "switchboard.train").write_text("Fine too .\n")
+
+    # a killed preparation leaves no folder that reads as a corpus; the next one starts over
+    calls = []
+    original = preparation._prepare_file
+
+    def killed(*args):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(*args)
+
+    monkeypatch.setattr(preparation, "_prepare_file", killed)
+    with pytest.raises(KeyboardInterrupt):
+        prepare_corpus([folder], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and (tmp_path / "out.partial").is_dir()
+    monkeypatch.undo()
+    prepare_corpus([folder], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out.partial").exists() and len(corpus_files(tmp_path / "out")) == 2
+
+    # an output folder holding another corpus, or anything else, is refused and left as it is
+    (folder / "cbt.train").write_text("Changed .\n")
+    with pytest.raises(InputExistsError, match="holds another corpus"):
+        prepare_corpus([folder], tmp_path / "out", progress=False)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "keep.txt").write_text("mine")
+    with pytest.raises(InputExistsError, match="not a prepared corpus"):
+        prepare_corpus([folder], tmp_path / "other", progress=False)
+    assert (tmp_path / "other" / "keep.txt").read_text() == "mine"
+    with pytest.raises(InputError, match="would both be prepared as cbt.train"):
+        prepare_corpus([folder, folder / "cbt.train"], tmp_path / "twice", progress=False)
+    with pytest.raises(InputError, match="would hold its own input"):
+        prepare_corpus([folder], folder / "prepared", progress=False)
