@@ -126,7 +126,7 @@ def reference_train(args, tokenizer, documents, seed: int) -> tuple[list[float],
 
     def lr_at(step):
         if step < warmup:
-            return args.lr * (step + 1) / warmup
+            return args.lr * step / warmup
         progress = (step - warmup) / max(1, args.steps - warmup)
         return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 

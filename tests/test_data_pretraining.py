@@ -1,5 +1,6 @@
 """Sentence packing and the span-masking collator, checked against the recipe's statistics."""
 
+import math
 from pathlib import Path
 
 import torch
@@ -251,3 +252,44 @@ def test_a_shared_row_batch_gives_the_padded_batchs_loss():
             losses.append(model(**batch).loss)
     assert len(batch["input_ids"]) < len(examples)
     torch.testing.assert_close(losses[1], losses[0], rtol=0, atol=1e-5)
+
+
+def _naive_span_masking(collator, sequence: list[int], draw=None) -> tuple[list[int], list[int]]:
+    """The reference's span masking of one sequence, written from its description as a loop over spans, from the
+    collator's own random numbers: spans of length Geometric(span_p) mod max_span start at the drawn positions and
+    are written in turn (a later span over an earlier one) until the maskable tokens they cover reach the target."""
+    ids = torch.tensor(sequence)
+    maskable = [i for i, token in enumerate(sequence[:-1]) if token >= collator.num_special_tokens]
+    draws = collator._draws(ids, len(maskable), len(sequence), draw)
+    target, covered, decision = int(draws["target"]), set(), {}
+    for k in range(collator.max_tries):
+        length = (math.floor(math.log(draws["uniform"][k]) / math.log(1 - collator.span_p)) + 1) % collator.max_span
+        start = int(draws["start"][k])
+        for position in range(start, min(start + length, len(sequence))):
+            if position in maskable:
+                covered.add(position)
+                decision[position] = float(draws["roll"][k])
+        if len(covered) >= target:
+            break
+    masked, labels = list(sequence), [-100] * len(sequence)
+    for position, roll in decision.items():
+        labels[position] = sequence[position]
+        if roll < 0.8:
+            masked[position] = collator.mask_token_id
+        elif roll < 0.9:
+            masked[position] = int(draws["random_tokens"][position])
+    return masked, labels
+
+
+def test_span_masking_equals_the_naive_reference_loop():
+    """Every sequence masked exactly as the loop over spans masks it, overlapping spans included (the later span
+    decides, as in the reference), [TAB] (id 6) maskable with the recipe's 6 unmaskable ids."""
+    collator = _collator(seed=11, max_span=4, mask_p=0.3)
+    examples = _batch(rows=48, length=40, seed=2)
+    examples[0] = [1, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 2]
+    batch = collator(examples, draw=3)
+    for row, example in enumerate(examples):
+        masked, labels = _naive_span_masking(collator, example, draw=3)
+        assert batch["input_ids"][row, : len(example)].tolist() == masked
+        assert batch["labels"][row, : len(example)].tolist() == labels
+    assert (batch["labels"][0] == 6).any()  # [TAB] is masked

@@ -74,10 +74,12 @@ def test_warmup_cosine_schedule():
         rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         schedule.step()
-    assert rates[0] == pytest.approx(0.1) and rates[9] == pytest.approx(1.0)
+    # the reference's warm-up: learning rate 0 at the first step, the peak at step 10
+    assert rates[0] == 0 and rates[1] == pytest.approx(0.1) and rates[9] == pytest.approx(0.9)
+    assert rates[10] == pytest.approx(1.0)
     assert rates[60] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert rates[110] == pytest.approx(0.1) and rates[119] == pytest.approx(0.1)
-    assert all(a >= b for a, b in zip(rates[9:110], rates[10:111]))
+    assert all(a >= b for a, b in zip(rates[10:110], rates[11:111]))
 
 
 def per_tensor_lamb_step(params, states, lr, betas, eps, weight_decay):

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import logging
+import math
 import shutil
 import subprocess
 import sys
@@ -433,3 +434,21 @@ def test_writing_into_another_jobs_run_folder_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"ner-run is the run folder of `elc-bert finetune-ner`"):
         pretrain(_config(tmp_path, output_dir=str(other)))
     assert [path.name for path in other.iterdir()] == ["finetune_ner_config.yaml"]
+
+
+def test_bf16_autocast_trains_with_lamb(tmp_path):
+    """Mixed precision through the Trainer's own option (`training.bf16`, autocast on the CPU here): LAMB steps,
+    the loss falls as in float32 (within bf16's precision), and the saved weights stay float32."""
+    losses = {}
+    for bf16 in (False, True):
+        config = _config(
+            tmp_path / str(bf16), max_steps=12, learning_rate=5e-3, training={"save_steps": 100, "bf16": bf16}
+        )
+        metrics = pretrain(config)
+        losses[bf16] = _losses(Path(config.output_dir))
+        assert math.isfinite(metrics["train_loss"])
+    assert losses[True][-1] < losses[True][0]
+    assert losses[True] == pytest.approx(losses[False], rel=0.05)
+    assert losses[True] != losses[False]  # bf16 was in effect
+    weights = load_file(tmp_path / "True" / "run" / "model.safetensors")
+    assert all(tensor.dtype == torch.float32 for tensor in weights.values())

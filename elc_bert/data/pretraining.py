@@ -135,10 +135,11 @@ class SpanMaskingCollator:
 
     Per sequence, first (with `short_p` > 0, as the reference's samples): with probability `short_p` its content is
     cut to a length drawn uniformly from [1, `max_length` - 2), then [SEP] closes it again. Then n ~ Binomial(#maskable
-    tokens, mask_p); spans of length Geometric(1/3) mod `max_span` (length 0
-    spans are skipped) start at random positions until at least n maskable tokens are covered (at most
-    `max_tries` spans). Each span as a whole becomes [MASK] (80%), random tokens from [random_token_min, V) (10%)
-    or stays unchanged (10%). Tokens with ids below `num_special_tokens` and the last real token are never masked.
+    tokens, mask_p); spans of length Geometric(1/3) mod `max_span` (length 0 spans are skipped) start at random
+    positions of the sequence until at least n maskable tokens are covered (at most `max_tries` spans). Each span as
+    a whole becomes [MASK] (80%), random tokens from [random_token_min, V) (10%) or stays unchanged (10%); where spans
+    overlap, the later one decides. Tokens with ids below `num_special_tokens` and the last real token are never
+    masked.
 
     Input: a list of examples, each a list of ids or a dict with "input_ids" (already with [CLS] ... [SEP]).
     Output: input_ids, attention_mask and labels (the original id where masked, -100 elsewhere), all B x T.
@@ -257,8 +258,9 @@ class SpanMaskingCollator:
         covers &= used[..., None]
         chosen = covers.any(1)  # B x T
 
-        # Each position follows the first span that covers it; the span decides [MASK] / random / unchanged.
-        owner = covers.to(torch.uint8).argmax(1)  # B x T
+        # Each position follows the last span that covers it (the reference writes the spans in turn, each over the
+        # ones before); the span decides [MASK] / random / unchanged.
+        owner = tries - 1 - covers.flip(1).to(torch.uint8).argmax(1)  # B x T
         roll = draws["roll"].gather(1, owner)
         masked = torch.where(chosen & (roll < 0.8), self.mask_token_id, input_ids)
         masked = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), draws["random_tokens"], masked)

@@ -85,13 +85,13 @@ def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def warmup_cosine_schedule(optimizer, warmup_steps: int, total_steps: int, final_ratio: float = 0.1) -> LambdaLR:
-    """Linear warmup to the peak, then cosine decay to `final_ratio` x peak at `total_steps`: the reference recipe's
-    schedule step for step, which the Trainer's "cosine_with_min_lr" is not (its warmup starts at 0, this one at
-    1/warmup_steps)."""
+    """Linear warmup from 0 at the first step to the peak at step `warmup_steps`, then cosine decay to `final_ratio` x
+    peak at `total_steps`: the reference recipe's schedule (`cosine_schedule_with_warmup` in its utils.py) step for
+    step. The Trainer's "cosine_with_min_lr" decays to its minimum by another formula."""
 
     def factor(step: int) -> float:
         if step < warmup_steps:
-            return (step + 1) / warmup_steps
+            return step / warmup_steps
         progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
         return final_ratio + (1 - final_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 

@@ -11,6 +11,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
 from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
+from ..data.preparation import TAB_MARK
 from ..data.pretraining import SpanMaskingCollator, first_fit_rows, schedule_batches
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
@@ -396,6 +397,14 @@ def _optimizers(config: PretrainConfig, model) -> tuple:
     return optimizer, warmup_cosine_schedule(optimizer, warmup, config.max_steps, config.final_lr_ratio)
 
 
+def _unmaskable(tokenizer) -> int:
+    """The special tokens' ids that are never masked: those below [TAB]'s where the tokenizer has the recipe's
+    specials ([UNK] ... [PAR] = 0 ... 5; the reference masks [TAB], which stands for text), else all of them."""
+    tab = tokenizer.convert_tokens_to_ids(TAB_MARK)
+    specials = sorted(tokenizer.all_special_ids)
+    return tab if tab in specials and specials == list(range(len(specials))) else len(specials)
+
+
 def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
     # Masks are a function of each sequence's ids, its step and the seed: a resumed run masks exactly as the first
     # one did, and a sample seen again gets new masks.
@@ -406,7 +415,7 @@ def _masking(config: PretrainConfig, tokenizer) -> SpanMaskingCollator:
         mask_p=config.mask_p,
         span_p=config.span_p,
         max_span=config.max_span,
-        num_special_tokens=len(tokenizer.all_special_ids),
+        num_special_tokens=_unmaskable(tokenizer),
         seed=config.seed,
         short_p=config.short_p,
         max_length=config.seq_length,
