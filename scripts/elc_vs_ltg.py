@@ -31,6 +31,7 @@ from pathlib import Path
 
 import matplotlib
 import numpy as np
+import scipy.stats
 import yaml
 
 matplotlib.use("Agg")
@@ -174,7 +175,8 @@ def score_checkpoints(plan: dict, runs: dict, score_missing: bool = True) -> dic
 
 
 def tokens_seen(base: PretrainConfig, step: int) -> int:
-    """Tokens in the batches of the first `step` optimizer steps (full rows: padding of short samples included)."""
+    """Sample positions in the batches of the first `step` optimizer steps (sequences x sample length: the padding of
+    short samples included; the real tokens are fewer, see the pretraining guide)."""
     if base.long_seq_length is None:
         return step * base.batch_size * base.seq_length
     long_start = int(base.long_after * base.max_steps)
@@ -189,6 +191,13 @@ def log_linear_trend(tokens: list[float], accuracies: list[float]) -> tuple[floa
         return None
     slope, intercept = np.polyfit(np.log(tokens), accuracies, 1)
     return float(slope), float(intercept)
+
+
+def slope_interval(tokens: list[float], accuracies: list[float]) -> tuple[float, float]:
+    """The 95% t-interval of a `log_linear_trend`'s slope, in accuracy points per doubling of the tokens."""
+    fit = scipy.stats.linregress(np.log2(tokens), 100 * np.asarray(accuracies))
+    half = scipy.stats.t.ppf(0.975, len(tokens) - 2) * fit.stderr
+    return float(fit.slope - half), float(fit.slope + half)
 
 
 def tokens_to_reach(trend: tuple[float, float], target: float) -> float | None:
@@ -261,7 +270,7 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
     if any(curves.values()):
         pairs = plan["checkpoint_blimp"]["pairs_per_set"]
         steps = sorted({step for by_step in curves.values() for step in by_step})
-        lines += ["", f"BLiMP at the checkpoints ({pairs} pairs per set, %), by step (M tokens seen):", ""]
+        lines += ["", f"BLiMP at the checkpoints ({pairs} pairs per set, %), by step (M sample positions seen):", ""]
         lines.append("| model/seed | " + " | ".join(f"{s} ({tokens_seen(base, s) / 1e6:.1f} M)" for s in steps) + " |")
         lines.append("|---" * (len(steps) + 1) + "|")
         for (name, seed), by_step in curves.items():
@@ -269,8 +278,11 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
             lines.append(f"| {name}/seed{seed} | " + " | ".join(cells) + " |")
         target = plan["checkpoint_blimp"].get("target")
         if target is not None:
-            heading = f"Tokens a line of BLiMP against log(tokens seen) through the checkpoints asks for {target:.0%}"
-            lines += ["", f"{heading} (an extrapolation; 3 checkpoints or more):", ""]
+            heading = (
+                f"Sample positions a line of BLiMP against log(positions seen) through the checkpoints asks for "
+                f"{target:.0%}"
+            )
+            lines += ["", f"{heading} (an extrapolation; 3 checkpoints or more; the slope's 95% t-interval):", ""]
             estimates = []
             for (name, seed), by_step in curves.items():
                 steps = sorted(by_step)
@@ -279,12 +291,16 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
                 if trend is None:
                     continue
                 needed = tokens_to_reach(trend, target)
-                guess = f"{needed / 1e6:,.0f} M tokens" if needed else "not reached (the line does not rise)"
+                guess = f"{needed / 1e6:,.0f} M positions" if needed else "not reached (the line does not rise)"
                 rise = 100 * trend[0] * np.log(2)  # accuracy is a fraction here
+                low, high = slope_interval(tokens, [by_step[step]["overall"] for step in steps])
+                flat = ": the line may be flat" if low <= 0 <= high else ""
                 estimates.append(
-                    f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints; {rise:+.2f} points per token doubling)"
+                    f"- {name}/seed{seed}: {guess} ({len(steps)} checkpoints; {rise:+.2f} points per doubling, "
+                    f"95% interval [{low:+.2f}, {high:+.2f}]{flat})"
                 )
                 table[f"{name}/seed{seed}"]["tokens_to_target"] = needed
+                table[f"{name}/seed{seed}"]["points_per_doubling_ci95"] = [low, high]
             lines += estimates or ["(no run has 3 scored checkpoints yet)"]
     (results_dir / "results.md").write_text("\n".join(lines) + "\n")
     (results_dir / "results.json").write_text(json.dumps(table, indent=2))
@@ -309,7 +325,7 @@ def plot_losses(metrics: dict, base: PretrainConfig, path: Path):
             steps = [entry["step"] for entry in history if key in entry]
             tokens = [tokens_seen(base, step) / 1e6 for step in steps]
             axis.plot(tokens, [entry[key] for entry in history if key in entry], style, label=f"{name} s{seed} {key}")
-    axis.set(xlabel="tokens seen (M)", ylabel="MLM loss", title="Pretraining (train -, validation --)")
+    axis.set(xlabel="sample positions seen (M)", ylabel="MLM loss", title="Pretraining (train -, validation --)")
     axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -360,7 +376,7 @@ def plot_blimp_curves(curves: dict, base: PretrainConfig, plan: dict, path: Path
         axis.axhline(100 * target, color="grey", linewidth=0.8, linestyle="-.")
     pairs = plan["checkpoint_blimp"]["pairs_per_set"]
     title = f"BLiMP ({pairs} pairs per set) vs tokens" + (", with log-linear trends (--)" if target else "")
-    axis.set(xlabel="tokens seen (M)", ylabel="BLiMP accuracy (%)", title=title, xscale="log")
+    axis.set(xlabel="sample positions seen (M)", ylabel="BLiMP accuracy (%)", title=title, xscale="log")
     axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)

@@ -246,3 +246,55 @@ def test_bad_input(tmp_path, monkeypatch):
         prepare_corpus([folder, folder / "cbt.train"], tmp_path / "twice", progress=False)
     with pytest.raises(InputError, match="would hold its own input"):
         prepare_corpus([folder], folder / "prepared", progress=False)
+
+
+def test_the_command_prints_its_table_and_names_bad_input(tmp_path, capsys):
+    from elc_bert.cli import main
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "cbt.train").write_text("It 's here .\n\nAnd there .\n")
+    main(["prepare-corpus", str(folder), "--out", str(tmp_path / "out")])
+    table = capsys.readouterr().out
+    assert "| cbt.train | cbt | 3 | 7 | 2 | 2 | 2 |" in table
+    assert read_lines(tmp_path / "out" / "cbt.train") == ["It's here.[PAR]", "", "And there.[PAR]"]
+    (folder / "qed.train").write_bytes(b"ok\n\xfe\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prepare-corpus", str(folder), "--out", str(tmp_path / "out2")])
+    assert exit_info.value.code == 2 and "qed.train, line 2" in capsys.readouterr().err
+
+
+def test_pretraining_on_prepared_text(tmp_path):
+    """`prepare_corpus: true`: the job trains on the prepared text ([PAR] in its samples, its tokenizer trained on
+    it), every token reaches a sample, and the words-seen milestones count the text as released."""
+    from transformers import AutoTokenizer
+
+    from elc_bert.training.pretrain import PretrainConfig, pretrain
+
+    sample = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
+    (tmp_path / "switchboard.train").write_text(
+        "\n".join(f"- {line.strip()}" for line in read_lines(sample)[:400] if line.strip()) + "\n"
+    )
+    config = PretrainConfig(
+        output_dir=str(tmp_path / "run"),
+        data_dir=str(tmp_path),
+        train_files=["switchboard.train"],
+        prepare_corpus=True,
+        preset="tiny",
+        vocab_size=600,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=4,
+        batch_size=8,
+        checkpoint_words=[200],
+        training={"save_steps": 100},
+    )
+    metrics = pretrain(config)
+    assert metrics["corpus_token_share"] == 1.0 and metrics["repeated_token_share"] > 0
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "run")
+    documents = document_dataset(tmp_path / "switchboard.train", prepare=True, cache_dir=tmp_path / "cache")
+    samples = packed_samples(documents, tokenizer, 32, progress=False)
+    assert sum(ids.count(tokenizer.convert_tokens_to_ids("[PAR]")) for ids in samples["input_ids"]) > 100
+    seen = json.loads((tmp_path / "run" / "words-200" / "words_seen.json").read_text())
+    words = sum(len(line.split()) for line in read_lines(tmp_path / "switchboard.train"))
+    assert 200 <= seen["words"] < 400 < words  # about 12 words of the text as released per sample of 32 tokens

@@ -460,6 +460,8 @@ def pretrain(config: PretrainConfig) -> dict:
     """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
     the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
     require("plots", what="elc-bert pretrain")  # its loss curve, drawn at the end
+    if config.prepare_corpus:
+        require("corpus", what="prepare_corpus")
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "pretrain")
     _check_corpora(config)
