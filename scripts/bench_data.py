@@ -10,10 +10,10 @@ timed in a fresh process with an empty cache folder (first run) and then in anot
 The tokenizer is `--tokenizer`, or one trained on the corpus first with the config's vocab_size / min_frequency.
 What one epoch of the samples does with the corpus's tokens: the share that reaches a sample and the share repeated,
 beside the reference cache's own rule (which keeps only the first sample's worth of a longer sentence), and the
-share of samples filled. Then `pack_rows` on these samples: the real-token share of the positions of one epoch of the
-config's batches (collated by the training collator, short_p cuts and all), one sample per row against several to a
-row, and training steps of a strict-small ELC-BERT on `--rounds` such batches both ways: real tokens/s and their
-ratio, in this process.
+share of samples filled, both ways. Then `pack_rows` on these samples: the real-token share of the positions of one
+epoch of the config's batches (collated by the training collator, short_p cuts and all), one sample per row against
+several to a row, and training steps of a strict-small ELC-BERT on `--rounds` such batches both ways: real tokens/s
+and their ratio, in this process.
 
     python scripts/bench_data.py [--batch 32 --length 128 --threads 2]
     python scripts/bench_data.py --prepare [--config configs/pretrain/tiny.yaml --data-dir ../shared/data --rounds 4]
@@ -75,7 +75,7 @@ def reference_rule_reach(sources: list[str], tokenizer_dir: str, seq_length: int
     length with [CLS] and [SEP]."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     documents = document_dataset(sources, "train", cache_dir=cache_dir, prepare=prepare)
-    total = reached = held = samples = 0
+    total = reached = held = samples = full = 0
     for batch in documents.iter(batch_size=1000):
         for document in batch["sentences"]:
             lengths = [len(ids) for ids in tokenizer(document, add_special_tokens=False)["input_ids"]]
@@ -90,7 +90,8 @@ def reference_rule_reach(sources: list[str], tokenizer_dir: str, seq_length: int
             new, _ = span_coverage(spans, end)
             total, reached = total + end, reached + sum(new)
             held, samples = held + sum(b - a + 2 for a, b in spans), samples + len(spans)
-    return {"reach": reached / total, "mean_length": held / samples}
+            full += sum(b - a == seq_length - 2 for a, b in spans)
+    return {"reach": reached / total, "mean_length": held / samples, "full": full / samples}
 
 
 def prepare_in_fresh_process(sources, tokenizer_dir, seq_length, cache_dir, packing, prepare) -> dict:
@@ -142,7 +143,10 @@ def bench_prepare(args):
         f"rule: {old_reach['reach']:.2%}); repeated: {first['repeated_token_share']:.2%} of the corpus's tokens"
     )
     mean = first["tokens"] / first["samples"]
-    print(f"samples' mean length: {mean:.1f} tokens (the reference cache's own rule: {old_reach['mean_length']:.1f})")
+    print(
+        f"samples' mean length: {mean:.1f} tokens, {first['full'] / first['samples']:.1%} filled (the reference "
+        f"cache's own rule: {old_reach['mean_length']:.1f}, {old_reach['full']:.1%})"
+    )
     print(f"first run (empty cache, fresh process): {first['seconds']:.2f} s")
     print(f"second run (same cache, fresh process): {second['seconds']:.3f} s")
     print(f"first / second ratio: {first['seconds'] / second['seconds']:,.0f}x (target >= 10x)")

@@ -417,13 +417,14 @@ def segmented(lines: Iterable[str]) -> Iterator[str]:
         yield from sentences
 
 
-def prepared_lines(path: str | Path) -> Iterator[str]:
-    """The prepared text of one corpus file, a sentence a line and "" between documents: its source's cleaning rule
-    (`source_of`), then `segmented`. A file of no BabyLM source is segmented only, with a warning naming it."""
+def prepared_lines(path: str | Path, lines: Iterable[str] | None = None) -> Iterator[str]:
+    """The prepared text of one corpus file (of its `lines`, when given: the file's lines as read), a sentence a line
+    and "" between documents: its source's cleaning rule (`source_of`), then `segmented`. A file of no BabyLM source
+    is segmented only, with a warning naming it."""
     source = source_of(path)
     if source is None:
         logger.warning("%s: not a BabyLM source's file name; prepared as plain text (segmented only)", path)
-    lines = (line for _, line in numbered_lines(path))
+    lines = (line for _, line in numbered_lines(path)) if lines is None else lines
     return segmented(source.clean(lines) if source else lines)
 
 
@@ -514,11 +515,11 @@ def prepare_corpus(inputs: Iterable[str | Path], out_dir: str | Path, progress: 
     and times, same package version) is kept as it is; one holding anything else is refused."""
     from .. import __version__
 
-    out_dir = Path(out_dir)
+    out_dir, inputs = Path(out_dir), [Path(given) for given in inputs]
+    for given in inputs:
+        if given.resolve() in (out_dir.resolve(), *out_dir.resolve().parents):
+            raise InputError(f"{out_dir}: the output folder would be inside its input {given}; choose another")
     files = corpus_inputs(inputs)
-    for path, _ in files:
-        if out_dir.resolve() in (path.resolve(), *path.resolve().parents):
-            raise InputError(f"{out_dir}: the output folder would hold its own input {path}; choose another")
     stamp = [{"input": str(path.resolve()), **_file_stamp(path), "output": name} for path, name in files]
     recipe = {"format": _FORMAT, "version": __version__, "inputs": stamp}
     _moses(), _fix_text(""), sentences_of("")  # a missing library is named before any work
@@ -533,8 +534,8 @@ def prepare_corpus(inputs: Iterable[str | Path], out_dir: str | Path, progress: 
         scratch = Path(f"{out_dir}.partial")
         if scratch.exists():
             shutil.rmtree(scratch)  # a killed preparation's: never read as a corpus (its name is not out_dir)
-        prepared = [_prepare_file(path, scratch / name, progress) for path, name in files]
-        entries = {name: {**asdict(entry), "output": name} for (_, name), entry in zip(files, prepared)}
+        prepared = [_prepare_file(path, scratch, name, progress) for path, name in files]
+        entries = {entry.output: asdict(entry) for entry in prepared}
         manifest = {**recipe, "files": entries}
         (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         if out_dir.exists():
@@ -548,28 +549,27 @@ def _file_stamp(path: Path) -> dict:
     return {"size": status.st_size, "mtime_ns": status.st_mtime_ns}
 
 
-def _prepare_file(path: Path, out_file: Path, progress: bool) -> PreparedFile:
+def _prepare_file(path: Path, out_dir: Path, name: str, progress: bool) -> PreparedFile:
     from tqdm.auto import tqdm
 
+    out_file = out_dir / name
     numbered = list(numbered_lines(path))
-    source = source_of(path)
-    if source is None:
-        logger.warning("%s: not a BabyLM source's file name; prepared as plain text (segmented only)", path)
     raw = (line for _, line in tqdm(numbered, desc=f"Preparing {path.name}", unit=" lines", disable=not progress))
     out_file.parent.mkdir(parents=True, exist_ok=True)
     sentences = paragraphs = documents = 0
     in_document = False
     with out_file.open("w", encoding="utf-8") as handle:
-        for line in segmented(source.clean(raw) if source else raw):
+        for line in prepared_lines(path, raw):
             handle.write(line + "\n")
             if line:
                 sentences += 1
                 paragraphs += line.endswith(PARAGRAPH_MARK)
                 documents += not in_document
             in_document = bool(line)
+    source = source_of(path)
     return PreparedFile(
         input=str(path),
-        output=out_file.name,
+        output=name,
         source=source.name if source else None,
         lines=len(numbered),
         words=sum(len(line.split()) for _, line in numbered),
