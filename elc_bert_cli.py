@@ -19,6 +19,11 @@ JOBS = {
     "finetune-glue": ("glue", "BabyLM (Super)GLUE fine-tuning from a YAML config"),
 }
 
+# `elc-bert analyze --strategies`: the Painters strategies, checked here so that a typo is refused at once, before
+# the model loads. The analysis owns them (`elc_bert.analysis.interventions.STRATEGIES`, which would import torch);
+# tests/test_cli.py holds this copy equal to it.
+PAINTERS_STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
+
 
 class ConfigHelp(argparse.Action):
     """`elc-bert JOB -h`: the usage, then the keys of the job's config with their types, defaults and meaning, read
@@ -94,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     blimp_parser.add_argument(
         "--out", help="output folder (default: outputs/eval-blimp/<model's folder name, or Hub name with / as __>)"
     )
-    blimp_parser.add_argument("--name", help="report name: NAME.json/.md/.png (default: the data folder's name)")
+    blimp_parser.add_argument(
+        "--name", help="report name, a file name: NAME.json/.md/.png in --out (default: the data folder's name)"
+    )
     blimp_parser.add_argument(
         "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
     )
@@ -162,7 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
     analyze_parser.add_argument("--data", required=True, help="text file (.gz ok, one sentence a line) or a folder")
     analyze_parser.add_argument("--out", required=True, help="output folder: report.md, report.json, PNGs")
     analyze_parser.add_argument(
-        "--strategies", nargs="*", help="Painters strategies (default: all; none: no sweep)", default=None
+        "--strategies",
+        nargs="*",
+        choices=PAINTERS_STRATEGIES,
+        metavar="STRATEGY",
+        help=f"Painters strategies, of {', '.join(PAINTERS_STRATEGIES)} (default: all; the flag alone: no sweep)",
     )
     analyze_parser.add_argument(
         "--max-sentences", type=positive_int, default=256, help="text sample size (default 256)"

@@ -74,9 +74,10 @@ def eval_blimp(args, out) -> None:
     first, so that a malformed file is reported before the model loads."""
     import torch
 
-    from .evaluation.blimp import default_out_dir, evaluate_blimp, load_minimal_pairs, report_name
+    from .evaluation.blimp import check_report_name, default_out_dir, evaluate_blimp, load_minimal_pairs, report_name
     from .pretrained import load_model
 
+    name = report_name(args.data) if args.name is None else check_report_name(args.name, "--name")
     load_minimal_pairs(args.data)
     model, tokenizer, kind = load_model(
         args.model,
@@ -85,7 +86,6 @@ def eval_blimp(args, out) -> None:
         allow_unloaded_weights=args.allow_unloaded_weights,
     )
     model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    name = args.name or report_name(args.data)
     out_dir = Path(args.out) if args.out else default_out_dir(args.model)
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     results = evaluate_blimp(
@@ -193,9 +193,9 @@ def run(args, out=None):
         from .analysis.report import REPORT_MD, analyze, load_sentences
         from .pretrained import load_model
 
+        sentences = load_sentences(args.data, args.max_sentences)  # a bad data file is named before the model loads
         model, tokenizer, _ = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
         strategies = STRATEGIES if args.strategies is None else args.strategies
-        sentences = load_sentences(args.data, args.max_sentences)
         analyze(
             model,
             tokenizer,

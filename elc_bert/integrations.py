@@ -16,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .extras import needs
 from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
 from .models.errors import InputError, MissingPackageError
 
@@ -33,7 +34,8 @@ class LoraOptions:
 def with_lora(model, options: dict):
     """`model` wrapped by PEFT for LoRA training with `lora_config(model, **options)`: LoRA on the encoder, the
     fusion module and head trained in full."""
-    from peft import get_peft_model
+    with needs("adapters", "LoRA"):
+        from peft import get_peft_model
 
     return get_peft_model(model, lora_config(model, **options))
 
@@ -50,6 +52,7 @@ def describe_lora(options: dict | None) -> str:
 # are its query and value).
 ELC_BERT_TARGETS = ("in_proj_qk", "in_proj_v")
 TASK_TYPES = {"ForTokenClassification": "TOKEN_CLS", "ForSequenceClassification": "SEQ_CLS"}
+TASK_TYPE_OF_HEAD = "from the head"  # lora_config's default task_type: read from the model's class (`TASK_TYPES`)
 
 
 def lora_config(
@@ -58,6 +61,7 @@ def lora_config(
     lora_alpha: int = LoraOptions.lora_alpha,
     lora_dropout: float = LoraOptions.lora_dropout,
     target_modules=None,
+    task_type: str | None = TASK_TYPE_OF_HEAD,
     **kwargs,
 ):
     """A `peft.LoraConfig` for `model`, an ELC-BERT / LTG-BERT model or a layer-fusion model over any backbone (or
@@ -68,15 +72,16 @@ def lora_config(
       `query`, `value`);
     - `modules_to_save`: what starts fresh and trains in full, saved with the adapter: the task head (`classifier`)
       and a fusion model's fusion module (`layer_fusion.fusion`: DWAtt, Concat or Base+n), by full path;
-    - `task_type` from the model's class (token or sequence classification; none for a masked LM).
+    - `task_type` (default): from the model's class (token or sequence classification; none for a masked LM).
 
     Further keyword arguments go to `LoraConfig` (e.g. `bias`, `use_rslora`).
 
         from peft import get_peft_model
         model = get_peft_model(model, elc_bert.lora_config(model, r=16))
     """
-    from peft import LoraConfig
-    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
+    with needs("adapters", "LoRA"):
+        from peft import LoraConfig
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as PEFT_TARGETS
 
     encoder = model
     save = []
@@ -93,7 +98,8 @@ def lora_config(
             raise InputError(f"no default LoRA targets for a {encoder.config.model_type} backbone: pass target_modules")
     if hasattr(model, "classifier"):
         save.append("classifier")
-    task_type = next((task for suffix, task in TASK_TYPES.items() if type(model).__name__.endswith(suffix)), None)
+    if task_type is TASK_TYPE_OF_HEAD:
+        task_type = next((task for suffix, task in TASK_TYPES.items() if type(model).__name__.endswith(suffix)), None)
     return LoraConfig(
         r=r,
         lora_alpha=lora_alpha,

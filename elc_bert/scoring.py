@@ -133,6 +133,82 @@ def _scored(encoded, index: int, start: int | None, special: list[int]) -> list[
     return [int(flag or end <= start) for flag, (_, end) in zip(special, offsets)]
 
 
+def _masked_lm_inputs(tokenizer, texts: list[str], starts: list[int | None], word_level: bool = False):
+    """The encoding of `texts` (special tokens added), the not-scored flags of each (`_scored`) and, with
+    `word_level`, the word index of each token (-1 for none)."""
+    encoded = tokenizer(
+        texts,
+        add_special_tokens=True,
+        return_special_tokens_mask=True,
+        return_offsets_mapping=any(start is not None for start in starts),
+    )
+    not_scored = [
+        _scored(encoded, i, start, special)
+        for i, (start, special) in enumerate(zip(starts, encoded["special_tokens_mask"]))
+    ]
+    word_ids = None
+    if word_level:
+        word_ids = [[-1 if word is None else word for word in encoded.word_ids(i)] for i in range(len(texts))]
+    return encoded, not_scored, word_ids
+
+
+def _causal_inputs(tokenizer, texts: list[str], starts: list[int | None]):
+    """The ids of `texts` after the tokenizer's BOS token (when it has one), and 1 where a token is scored: every one
+    but the BOS, or a completion's (its span ends after the completion's start)."""
+    bos = tokenizer.bos_token_id
+    encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    sequences = [([bos] if bos is not None else []) + ids for ids in encoded["input_ids"]]
+    scored = [
+        ([0] if bos is not None else []) + [int(start is None or end > start) for _, end in offsets]
+        for start, offsets in zip(starts, encoded["offset_mapping"])
+    ]
+    if bos is None:  # the first token is context only: nothing before it predicts it
+        scored = [[0, *flags[1:]] if flags else flags for flags in scored]
+    return sequences, scored
+
+
+def check_scorable(
+    tokenizer,
+    sentences: Sequence[str],
+    causal: bool,
+    starts: Sequence[int] | None = None,
+    where: Sequence[str] | None = None,
+) -> None:
+    """Refuses (InputError) a sentence in which the scorer would score no token, naming it by `where` (one label per
+    sentence: its file and line) or its index: its score would be 0, the highest a sentence can get, so it would win
+    its pair unseen. For a masked LM that is a sentence with no token between the special tokens ([CLS] ... [SEP]),
+    for a causal LM one with no token to predict (without a BOS token the first token is context only); with
+    `starts`, a completion with no token of its own. The scorers check their sentences too; call this first to
+    refuse before any scoring, e.g. every set of an evaluation at once."""
+    texts = list(sentences)
+    starts = list(starts) if starts is not None else [None] * len(texts)
+    if causal:
+        scored = [any(flags) for flags in _causal_inputs(tokenizer, texts, starts)[1]]
+    else:
+        scored = [not all(flags) for flags in _masked_lm_inputs(tokenizer, texts, starts)[1]]
+    _refuse_unscored(texts, scored, where)
+
+
+def _first_positions(keys: list) -> list[str]:
+    """The label of each distinct key: `sentence I`, I the position of its first copy in the caller's list."""
+    first = {}
+    for position, key in enumerate(keys):
+        first.setdefault(key, position)
+    return [f"sentence {position}" for position in first.values()]
+
+
+def _refuse_unscored(texts: list[str], scored: list[bool], where: Sequence[str] | None = None) -> None:
+    empty = [index for index, has_token in enumerate(scored) if not has_token]
+    if empty:
+        first = empty[0]
+        label = where[first] if where is not None else f"sentence {first}"
+        more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+        raise InputError(
+            f"{label}: {texts[first]!r} has no token to score{more}: it tokenizes to nothing the model predicts, "
+            "so its score would be 0 and it would beat any sentence; fix or drop it"
+        )
+
+
 def pseudo_log_likelihoods(
     model,
     tokenizer,
@@ -156,17 +232,10 @@ def pseudo_log_likelihoods(
     if not unique:
         return []
     texts = [text for text, _ in unique]
-    with_offsets = starts is not None
-    encoded = tokenizer(
-        texts, add_special_tokens=True, return_special_tokens_mask=True, return_offsets_mapping=with_offsets
+    encoded, not_scored, word_ids = _masked_lm_inputs(
+        tokenizer, texts, [start for _, start in unique], pll == "within_word_l2r"
     )
-    not_scored = [
-        _scored(encoded, i, start, special)
-        for i, ((_, start), special) in enumerate(zip(unique, encoded["special_tokens_mask"]))
-    ]
-    word_ids = None
-    if pll == "within_word_l2r":
-        word_ids = [[-1 if word is None else word for word in encoded.word_ids(i)] for i in range(len(texts))]
+    _refuse_unscored(texts, [not all(flags) for flags in not_scored], _first_positions(keys))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     totals = token_pseudo_log_likelihoods(
         model,
@@ -273,14 +342,9 @@ def causal_log_likelihoods(
     unique = list(dict.fromkeys(keys))
     if not unique:
         return []
-    bos = tokenizer.bos_token_id
-    encoded = tokenizer([text for text, _ in unique], add_special_tokens=False, return_offsets_mapping=True)
-    sequences = [([bos] if bos is not None else []) + ids for ids in encoded["input_ids"]]
-    # 1 where a token is scored: every one, or a completion's (its span ends after the completion's start)
-    scored_tokens = [
-        ([0] if bos is not None else []) + [int(start is None or end > start) for _, end in offsets]
-        for (_, start), offsets in zip(unique, encoded["offset_mapping"])
-    ]
+    texts = [text for text, _ in unique]
+    sequences, scored_tokens = _causal_inputs(tokenizer, texts, [start for _, start in unique])
+    _refuse_unscored(texts, [any(flags) for flags in scored_tokens], _first_positions(keys))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     all_ids, lengths = _padded(sequences, pad_id)
     all_scored, _ = _padded(scored_tokens, 0)
@@ -292,10 +356,7 @@ def causal_log_likelihoods(
         for start, end in _budget_batches(lengths[order], batch_tokens):
             sentence = order[start:end]
             batch_lengths = lengths[sentence]
-            length = int(batch_lengths[0])
-            if length < 2:  # nothing to predict in any row of this batch (sorted longest first)
-                bar.update(end - start)
-                continue
+            length = int(batch_lengths[0])  # >= 2: every sentence has a token to predict (`_refuse_unscored`)
             input_ids = all_ids[sentence, :length]
             attention_mask = (torch.arange(length)[None, :] < batch_lengths[:, None]).long()
             logits = _logits(model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))

@@ -8,12 +8,14 @@ be imported loads, from folders made here by the installed package:
   model over ELC-BERT, and the ELC-BERT masked LM as plain `save_pretrained` wrote it;
 - each with `AutoModelFor*.from_pretrained(..., trust_remote_code=True)` and its tokenizer with a plain
   `AutoTokenizer.from_pretrained` (no custom code);
-- and compares the token ids and the logits on a padded batch with the package's own (real tokens only).
+- and compares the token ids and the logits on a padded batch with the package's own (real tokens only);
+- and runs each exported model's card snippet for `transformers`-only users (its `pipeline(...,
+  trust_remote_code=True)`, `model_card.usage_snippet`) with the folder in place of the repo id.
 
     python scripts/compat_matrix.py                       # every version of VERSIONS and the installed one
     python scripts/compat_matrix.py --versions 4.51.3     # one
 Prints a markdown table (the one in docs/guides/publishing.md); `--json FILE` also writes the numbers. Exit status 1
-when a load fails or a difference exceeds 1e-5.
+when a load or a card's snippet fails or a difference exceeds 1e-5.
 """
 
 import argparse
@@ -37,16 +39,16 @@ VERSIONS = {
 }
 INSTALLED = "installed"  # this environment's own transformers (the pinned one under `make`)
 TOLERANCE = 1e-5
-SENTENCES = ["The cat [MASK] on the mat.", "Valkyria Chronicles III is a tactical role playing game.", "It was 1999."]
+SENTENCES = ["The cat [MASK] on the mat.", "Valkyria Chronicles III is a tactical role playing game.", "It was 1999. "]
 DEFAULT_TARGETS = REPO / ".venv" / "compat"
 
 CHILD = """
-import json, sys
+import contextlib, io, json, sys
 sys.modules["elc_bert"] = None  # the package cannot be imported here
 import torch, transformers
 cases, expected = json.loads(sys.argv[1]), torch.load(sys.argv[2])
 report = {"transformers": transformers.__version__}
-for name, (folder, auto_class) in cases.items():
+for name, (folder, auto_class, snippet) in cases.items():
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
         batch = tokenizer(expected["sentences"], padding=True, return_tensors="pt")
@@ -59,6 +61,14 @@ for name, (folder, auto_class) in cases.items():
         report[name] = {"max_abs_diff": diff, "ids_equal": ids_equal, "module": type(model).__module__}
     except Exception as error:
         report[name] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+        continue
+    if snippet is not None:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                exec(snippet, {})
+            report[name]["snippet"] = "ok"
+        except Exception as error:
+            report[name]["snippet"] = f"{type(error).__name__}: {str(error)[:300]}"
 print("REPORT" + json.dumps(report))
 """
 
@@ -80,7 +90,8 @@ def install(version: str, targets: Path) -> Path:
 
 
 def make_models(root: Path) -> tuple[dict, Path]:
-    """The folders to load ({name: (folder, Auto class)}) and the expected ids and logits, made by the package."""
+    """The folders to load ({name: (folder, Auto class, the card's snippet for transformers alone or None)}) and the
+    expected ids and logits, made by the package."""
     from elc_bert import (
         ElcBertConfig,
         ElcBertForMaskedLM,
@@ -90,6 +101,7 @@ def make_models(root: Path) -> tuple[dict, Path]:
     )
     from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
     from elc_bert.hub.export import export
+    from elc_bert.hub.model_card import usage_snippet
 
     tokenizer = train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines(), 600, 2)
     size = dict(vocab_size=len(tokenizer), hidden_size=64, num_hidden_layers=3, num_attention_heads=4)
@@ -121,9 +133,10 @@ def make_models(root: Path) -> tuple[dict, Path]:
         saved = root / f"{seed}-saved"
         model.save_pretrained(saved)
         save_tokenizer(tokenizer, saved)
-        cases[name] = (str(export(saved, root / f"{seed}-exported")), auto_class)
-        if name == "ELC-BERT MLM":
-            cases["ELC-BERT MLM, plain save_pretrained"] = (str(saved), auto_class)
+        exported = str(export(saved, root / f"{seed}-exported"))
+        cases[name] = (exported, auto_class, usage_snippet(model, exported, remote_code=True))
+        if name == "ELC-BERT MLM":  # a plain save has no card
+            cases["ELC-BERT MLM, plain save_pretrained"] = (str(saved), auto_class, None)
             expected["ELC-BERT MLM, plain save_pretrained"] = expected[name]
     torch.save(expected, root / "expected.pt")
     return cases, root / "expected.pt"
@@ -153,11 +166,13 @@ def cell(entry: dict) -> str:
     if "error" in entry:
         return f"fails: {entry['error'][:80]}"
     ids = "" if entry["ids_equal"] else ", other token ids"
-    return f"{entry['max_abs_diff']:.1e}{ids}"
+    snippet = "" if entry.get("snippet", "ok") == "ok" else f", card snippet fails: {entry['snippet'][:80]}"
+    return f"{entry['max_abs_diff']:.1e}{ids}{snippet}"
 
 
 def passed(entry: dict) -> bool:
-    return "error" not in entry and entry["ids_equal"] and entry["max_abs_diff"] <= TOLERANCE
+    ok = "error" not in entry and entry["ids_equal"] and entry["max_abs_diff"] <= TOLERANCE
+    return ok and entry.get("snippet", "ok") == "ok"
 
 
 def main(argv=None) -> int:
@@ -184,7 +199,8 @@ def main(argv=None) -> int:
         print(f"| {report['transformers']} | " + " | ".join(cell(report[name]) for name in names) + " |")
         ok = ok and all(passed(report[name]) for name in names)
     print(
-        f"\nmax |logits - package's| over real tokens; the same token ids everywhere unless said; tolerance {TOLERANCE}"
+        f"\nmax |logits - package's| over real tokens; the same token ids everywhere unless said; tolerance "
+        f"{TOLERANCE}; each export's card snippet (pipeline with trust_remote_code) runs unless said"
     )
     if args.json:
         args.json.write_text(json.dumps(reports, indent=2) + "\n", encoding="utf-8")

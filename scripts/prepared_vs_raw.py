@@ -1,11 +1,12 @@
-"""The BabyLM corpus raw against prepared as the reference prepares it: the same model, steps and seed trained on each
-(`prepare_corpus: false` / `true`), then BLiMP fast for both, a table and the loss curves.
+"""The BabyLM corpus raw against prepared as the reference prepares it: the same model, steps and seeds trained on each
+(`prepare_corpus: false` / `true`), then BLiMP fast for every run, a table and the loss curves.
 
-    OMP_NUM_THREADS=1 python scripts/prepared_vs_raw.py configs/experiments/prepared_vs_raw.yaml [--runs raw]
+    OMP_NUM_THREADS=1 python scripts/prepared_vs_raw.py configs/experiments/prepared_vs_raw.yaml [--runs raw-seed42]
 
-With --runs only the named runs (raw, prepared) are trained, so that two processes can train them side by side; the
-report needs both. A run that stopped resumes from its last checkpoint; a finished one is not trained again. Writes
-`results.md`, `results.json` and `loss_curves.png` into the config's results_dir.
+With --runs only the named runs (raw-seed42, prepared-seed42, ... for the plan's seeds) are trained, so that several
+processes can train them side by side; the report needs all. A run that stopped resumes from its last checkpoint; a
+finished one is not trained again. Writes `results.md`, `results.json` and `loss_curves.png` into the config's
+results_dir.
 """
 
 import argparse
@@ -21,13 +22,20 @@ from elc_bert.pretrained import load_model
 from elc_bert.runs import METRICS
 from elc_bert.training.pretrain import pretrain
 
-RUNS = {"raw": False, "prepared": True}
+CORPORA = {"raw": False, "prepared": True}
+
+
+def run_names(plan: dict) -> dict[str, tuple[bool, int]]:
+    """Each run's name and its (prepare_corpus, seed)."""
+    return {f"{corpus}-seed{seed}": (prepare, seed) for seed in plan["seeds"] for corpus, prepare in CORPORA.items()}
 
 
 def train(plan: dict, name: str) -> Path:
     output_dir = Path(plan["runs_dir"]) / name
+    prepare, seed = run_names(plan)[name]
     if not (output_dir / METRICS).is_file():
-        pretrain(PretrainConfig(**plan["pretrain"], output_dir=str(output_dir), prepare_corpus=RUNS[name]))
+        options = {**plan["pretrain"], "output_dir": str(output_dir), "prepare_corpus": prepare, "seed": seed}
+        pretrain(PretrainConfig(**options))
     return output_dir
 
 
@@ -44,11 +52,12 @@ def report(plan: dict) -> None:
     results_dir = Path(plan["results_dir"])
     results_dir.mkdir(parents=True, exist_ok=True)
     rows, curves, summary = [], {}, {}
-    for name in RUNS:
+    for name in run_names(plan):
         run = Path(plan["runs_dir"]) / name
         metrics = json.loads((run / METRICS).read_text())
         final, history = metrics["final"], metrics["log_history"]
         blimp = blimp_fast(plan, run)
+        low, high = blimp["overall_pairs_wilson95"]
         summary[name] = {
             "train_loss": final["train_loss"],
             "eval_loss": final.get("eval_loss"),
@@ -64,12 +73,13 @@ def report(plan: dict) -> None:
             curves[f"{name}, {split}"] = (steps, [entry[key] for entry in history if key in entry])
         rows.append(
             f"| {name} | {final['train_loss']:.3f} | {final.get('eval_loss', float('nan')):.3f} | "
-            f"{100 * blimp['overall']:.1f} | {100 * final['corpus_token_share']:.2f}% | "
-            f"{100 * final['repeated_token_share']:.2f}% | {100 * final['real_token_share']:.1f}% |"
+            f"{100 * blimp['overall']:.1f} ({100 * low:.1f}-{100 * high:.1f}) | "
+            f"{100 * final['corpus_token_share']:.2f}% | {100 * final['repeated_token_share']:.2f}% | "
+            f"{100 * final['real_token_share']:.1f}% |"
         )
     table = [
-        "| corpus | training loss | validation loss | BLiMP fast (%) | tokens reaching a sample | repeated | "
-        "real-token share |",
+        "| run | training loss | validation loss | BLiMP fast (%, pooled 95% interval) | tokens reaching a sample | "
+        "repeated | real-token share |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *rows,
     ]
@@ -82,10 +92,13 @@ def report(plan: dict) -> None:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", help="the experiment's YAML file")
-    parser.add_argument("--runs", nargs="+", choices=sorted(RUNS), help="train only these runs, no report")
+    parser.add_argument("--runs", nargs="+", help="train only these runs (e.g. raw-seed42), no report")
     args = parser.parse_args()
     plan = yaml.safe_load(Path(args.plan).read_text(encoding="utf-8"))
-    for name in args.runs or RUNS:
+    unknown = sorted(set(args.runs or ()) - set(run_names(plan)))
+    if unknown:
+        parser.error(f"unknown runs {unknown}: the plan's are {sorted(run_names(plan))}")
+    for name in args.runs or run_names(plan):
         train(plan, name)
     if not args.runs:
         report(plan)

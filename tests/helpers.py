@@ -506,3 +506,24 @@ def check_close(actual, expected, atol, what, attention_mask=None):
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     err = (actual - expected).abs().max().item()
     assert err <= atol, f"{what}: max abs error {err:.3g} > {atol}"
+
+
+NO_TEST = "<!-- no-test"  # a Markdown line before a ```python block that is only compiled, not run (test_docs.py)
+
+
+def python_blocks(path: Path) -> list[tuple[int, str, bool]]:
+    """(first line number, code, whether it runs) of each ```python block of `path`."""
+    blocks, lines = [], path.read_text(encoding="utf-8").splitlines()
+    start, before = None, ""
+    for number, line in enumerate(lines, 1):
+        if start is None and re.fullmatch(r"\s*```python\s*", line):
+            start, body = number, []
+            runs = not before.strip().startswith(NO_TEST)
+        elif start is not None and line.strip() == "```":
+            blocks.append((start + 1, "\n".join(body) + "\n", runs))
+            start = None
+        elif start is not None:
+            body.append(line)
+        if line.strip():
+            before = line
+    return blocks

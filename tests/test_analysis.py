@@ -18,6 +18,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from elc_bert import InputError
 from elc_bert.analysis import (
     CustomMetric,
     Parallel,
@@ -28,6 +29,7 @@ from elc_bert.analysis import (
     layer_stream,
     leave_one_out,
     linear_cka,
+    load_sentences,
     painters_plan,
     representation_metrics,
     scale_layer_weights,
@@ -377,6 +379,20 @@ def _tokenizer():
         sep_token="[SEP]",
         mask_token="[MASK]",
     )
+
+
+def test_a_binary_data_file_is_named_with_its_line(tmp_path):
+    """`elc-bert analyze --data model.safetensors` raised a bare UnicodeDecodeError."""
+    text = tmp_path / "text.txt"
+    text.write_bytes(b"a b c d e f\n" * 2 + b"g h \xff i j k\n")
+    with pytest.raises(InputError, match=r"text\.txt, line 3: not UTF-8 text \(byte 0xff at column 5\)"):
+        load_sentences(text)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "test.bin").write_bytes(b"\x00\x9c\x01")
+    with pytest.raises(InputError, match=r"test\.bin, line 1: not UTF-8 text"):
+        load_sentences(tmp_path / "folder")
+    text.write_bytes("\ufeffa b c d e f\n".encode() * 2)
+    assert load_sentences(text, max_sentences=1) == ["a b c d e f"]  # read as before (the mark at the start dropped)
 
 
 def test_analyze_cli_writes_the_report(tmp_path, capsys):

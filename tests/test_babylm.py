@@ -3,6 +3,7 @@
 Items are made up here (EWoK's text must never be committed); the staged data in ../shared/data is only read.
 """
 
+import copy
 import gzip
 import json
 import math
@@ -13,7 +14,7 @@ import torch
 from helpers import TINY, randomise_elc_logits
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
 from elc_bert.data.tokenizer import train_tokenizer
 from elc_bert.evaluation import babylm
 from elc_bert.evaluation.babylm import chosen, evaluate, evaluate_babylm, read_task, score_items
@@ -338,6 +339,25 @@ def test_bad_task_files_name_file_line_and_field_before_the_model_loads(task, re
     assert f"bad.jsonl:2: field {message}" in str(error.value)
     with pytest.raises(ValueError, match="unknown task 'glue'"):
         evaluate_babylm("no-model-here", tmp_path / "data", tmp_path / "out", ["glue"], progress=False)
+
+
+def test_a_candidate_with_no_token_to_score_is_refused_before_any_task_is_scored(tokenizer, mlm, tmp_path, monkeypatch):
+    """An option that tokenizes to nothing scored 0 and won its item; every task is checked once the tokenizer
+    loads, before the first is scored, naming the file, line and candidate."""
+    from tokenizers import normalizers
+
+    cleaning = copy.deepcopy(tokenizer)  # BERT's text cleaning drops the zero-width space
+    cleaning.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=False, strip_accents=False, lowercase=False
+    )
+    data = made_up_data(tmp_path / "data")
+    record = {"input_prefix": "Box 0 contains ", "options": ["the map.", "\u200b"], "numops": 0}
+    write_jsonl(data / "full_eval" / "entity_tracking" / "zero_width.jsonl", [record])
+    monkeypatch.setattr("elc_bert.pretrained.load_model", lambda *a, **k: (mlm, cleaning, "masked"))
+    monkeypatch.setattr(babylm, "score_items", lambda *a, **k: pytest.fail("a task was scored"))
+    with pytest.raises(InputError, match=r"zero_width\.jsonl:1, candidate 1: .* has no token to score"):
+        evaluate_babylm("no-model-here", data, tmp_path / "out", ["blimp", "entity_tracking"], progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 @needs_shared

@@ -2,6 +2,7 @@
 field and overall, resuming an interrupted evaluation, bad input and the CLI (`elc-bert eval-blimp`). The scorers are
 tested in test_scoring.py against naive loops, the loading of the model in test_pretrained.py."""
 
+import copy
 import gzip
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import torch
 from helpers import TOY_SENTENCES, BigramMaskedLM, naive_causal_ll, save_encoder, tiny_config_kwargs
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
 from elc_bert.cli import main
 from elc_bert.evaluation.blimp import evaluate_blimp, load_minimal_pairs
 from elc_bert.evaluation.scorecard import build_scorecard
@@ -216,7 +217,6 @@ def test_without_scipy_the_evaluation_says_so_before_scoring(toy_tokenizer, tmp_
     import importlib.util
 
     import elc_bert.evaluation.blimp as blimp
-    from elc_bert import InputError
 
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else found(name, *a))
@@ -254,6 +254,30 @@ def test_malformed_lines_name_file_and_line(tmp_path):
     (tmp_path / "empty.jsonl").write_text("\n")
     with pytest.raises(ValueError, match=r"empty\.jsonl: no minimal pairs"):
         load_minimal_pairs(tmp_path)
+
+
+def test_a_sentence_with_no_token_is_refused_naming_file_and_line_before_any_set_is_scored(
+    toy_tokenizer, tmp_path, monkeypatch
+):
+    """A sentence that tokenizes to nothing scored 0 and won its pair; every set is checked before the first is
+    scored."""
+    from tokenizers import normalizers
+
+    import elc_bert.evaluation.blimp as blimp
+
+    tokenizer = copy.deepcopy(toy_tokenizer)  # BERT's text cleaning drops the zero-width space
+    tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=False, strip_accents=False, lowercase=False
+    )
+    data = tmp_path / "sets"
+    data.mkdir()
+    write_jsonl(data / "a_first.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])] * 2)
+    write_jsonl(data / "b_second.jsonl", [pair(TOY_SENTENCES[2], TOY_SENTENCES[3]), pair(TOY_SENTENCES[4], "\u200b")])
+    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", lambda *a, **k: pytest.fail("a set was scored"))
+    model = BigramMaskedLM(len(tokenizer))
+    with pytest.raises(InputError, match=r"b_second\.jsonl, line 2, sentence_bad: '\\u200b' has no token to score"):
+        evaluate_blimp(model, tokenizer, data, tmp_path / "out", causal=False, progress=False)
+    assert not (tmp_path / "out").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------- CLI
@@ -304,6 +328,34 @@ def test_cli_reports_a_malformed_data_file_before_loading_the_model(tmp_path, ca
         main(["eval-blimp", str(tmp_path / "no_model"), "--data", str(tmp_path / "broken.jsonl")])
     assert exit_info.value.code == 2
     assert "broken.jsonl, line 1: not valid JSON" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "/tmp/escaped", "sub/report", "", ".", ".."])
+def test_a_report_name_that_is_not_a_file_name_is_refused_before_anything_loads(toy_tokenizer, tmp_path, capsys, name):
+    """`--name ../../escaped` (or an absolute path) wrote the report outside --out. The name is checked first: here
+    neither the model nor the data exists, which would be the error otherwise."""
+    out = tmp_path / "deep" / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "eval-blimp",
+                str(tmp_path / "no_model"),
+                "--data",
+                str(tmp_path / "no_data"),
+                "--out",
+                str(out),
+                "--name",
+                name,
+            ]
+        )
+    assert exit_info.value.code == 2
+    assert f"--name must be a plain file name (no folder), got {name!r}" in capsys.readouterr().err
+    assert not (tmp_path / "deep").exists()
+    write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
+    model = BigramMaskedLM(len(toy_tokenizer))
+    with pytest.raises(InputError, match=r"name must be a plain file name"):
+        evaluate_blimp(model, toy_tokenizer, tmp_path / "pairs.jsonl", out, name=name, progress=False)
+    assert not (tmp_path / "deep").exists()
 
 
 def test_cli_resolves_the_minilm_alias_and_writes_outside_the_package(tmp_path, capsys, monkeypatch):

@@ -1,6 +1,7 @@
 """The `elc-bert` command's one error handler: a bad input is one line naming it and exit 2, any other failure one
 line and exit 1, `--debug` (or ELC_BERT_DEBUG=1) the traceback."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -308,6 +309,36 @@ def test_help_and_version_answer_without_importing_the_package():
     ]
     assert "IMPORTED []" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     assert "usage: elc-bert" in done.stdout and "required: config" in done.stderr
+
+
+def test_analyze_strategies_are_checked_by_the_parser_and_listed_in_help():
+    """`elc-bert analyze --strategies skipp` was refused only after the model and data had loaded (18 s); the parser
+    now refuses it at once, without importing the package, and `analyze --help` lists the choices."""
+    script = (
+        "import sys, elc_bert_cli\n"
+        "try:\n"
+        "    elc_bert_cli.main(['analyze', 'm', '--data', 'd', '--out', 'o', '--strategies', 'skip', 'skipp'])\n"
+        "except SystemExit as done:\n"
+        "    print('EXIT', done.code)\n"
+        "print('IMPORTED', sorted(m for m in ('elc_bert', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert "EXIT 2" in done.stdout and "IMPORTED []" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "argument --strategies: invalid choice: 'skipp'" in done.stderr
+    import elc_bert_cli
+
+    help_text = elc_bert_cli.build_parser()._subparsers._group_actions[0].choices["analyze"].format_help()
+    assert all(strategy in help_text for strategy in elc_bert_cli.PAINTERS_STRATEGIES)
+    assert elc_bert_cli.build_parser().parse_args(["analyze", "m", "--data", "d", "--out", "o"]).strategies is None
+
+
+def test_the_parser_knows_the_painters_strategies_of_the_analysis():
+    """One source of truth: the parser's list (it imports nothing of the package) is the analysis's."""
+    import elc_bert_cli
+    from elc_bert.analysis.interventions import STRATEGIES
+
+    assert elc_bert_cli.PAINTERS_STRATEGIES == STRATEGIES
 
 
 def test_the_citation_and_the_changelog_carry_the_version():

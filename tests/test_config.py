@@ -11,17 +11,20 @@ import torch
 from transformers import AutoConfig, TrainingArguments
 
 import elc_bert
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM, LtgBertConfig, runs
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError, LtgBertConfig, runs
 from elc_bert.job_configs import (
     CONFIG_CLASSES,
     FinetuneGlueConfig,
     FinetuneNerConfig,
     MlmConfig,
     PretrainConfig,
+    describe_config,
     load_config,
     save_config,
     saved_config,
 )
+from elc_bert.job_configs.conversion import bounds_text
+from elc_bert.job_configs.fields import TRAINING_BOUNDS
 
 # The paper's sizes (docs/elc-bert.md, "Sizes"): L, D, H, I, V.
 PAPER_SIZES = {
@@ -535,3 +538,34 @@ def test_report_to_is_a_job_key_and_tensorboard_logs_a_run(tmp_path):
     losses = [event.value for event in accumulator.Scalars("train/loss")]
     logged = json.loads((tmp_path / "run" / "metrics.json").read_text())["log_history"]
     assert losses == pytest.approx([entry["loss"] for entry in logged if "loss" in entry], rel=1e-6)
+
+
+def test_a_key_given_twice_is_refused_naming_the_file_key_and_lines(tmp_path):
+    """YAML keeps the last of two equal keys without a word: `max_steps: 2` ... `max_steps: 6` trained 6 steps."""
+    with pytest.raises(InputError, match=r"pretrain\.yaml: max_steps is given twice \(lines 3 and 5\)"):
+        _load(tmp_path, "pretrain", extra="max_steps: 2\nseed: 1\nmax_steps: 6\n")
+    nested = "training:\n  save_steps: 5\n  logging_steps: 1\n  save_steps: 7\n"
+    with pytest.raises(InputError, match=r"ner\.yaml: training\.save_steps is given twice \(lines 5 and 7\)"):
+        _load(tmp_path, "ner", extra=nested)
+    with pytest.raises(InputError, match=r"train_files\[1\]\.path is given twice"):
+        _load(tmp_path, "pretrain", ["train_files=[a, {path: b, path: c}]"])
+    # the same key in two mappings is two keys
+    assert len(_load(tmp_path, "pretrain", ["train_files=[{path: a}, {path: b}]"]).train_files) == 2
+
+
+def test_negative_training_numbers_are_refused_by_name(tmp_path):
+    """`training.max_grad_norm: -1` (no clipping) and `training.weight_decay: -3` trained finetune-ner and stood in
+    its results table; each bounded TrainingArguments number is refused where a job leaves it to `training.*`."""
+    with pytest.raises(InputError, match=r"ner\.yaml.*training\.max_grad_norm must be >= 0, got -1\.0"):
+        _load(tmp_path, "ner", ["training.max_grad_norm=-1"])
+    with pytest.raises(InputError, match=r"ner\.yaml.*training\.weight_decay must be >= 0, got -3\.0"):
+        _load(tmp_path, "ner", ["training.weight_decay=-3"])
+    outside = {">= 0": -1, "> 0": 0, ">= 1": 0, "[0, 1)": 1}
+    for name, bounds in TRAINING_BOUNDS.items():
+        assert name in TRAINING_FIELDS, name
+        free = [job for job, (config_class, _, _) in JOBS.items() if name not in config_class.training_owned]
+        for job in free:
+            with pytest.raises(InputError, match=rf"training\.{name} must be {re.escape(bounds_text(bounds))}"):
+                _load(tmp_path, job, [f"training.{name}={outside[bounds]}"])
+    assert _load(tmp_path, "ner", ["training.max_grad_norm=0", "training.label_smoothing_factor=0"]).training
+    assert "max_grad_norm >= 0" in " ".join(describe_config(FinetuneNerConfig).split())  # in --help

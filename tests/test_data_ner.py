@@ -121,6 +121,22 @@ def test_first_sub_token_labelling():
         assert all(encoded["labels"][row][firsts[w]] == tags[w] for w in firsts)
 
 
+def test_a_sentence_whose_labels_do_not_fit_its_words_is_refused():
+    """Three words with five labels would drop two labels silently, five words with three would fail on an index:
+    both are refused, naming the sentence (its id) and the two counts."""
+    words = [["Paris", "is", "far"], ["Bob", "went", "to", "New", "York"]]
+    tokenizer = train_tokenizer([" ".join(w) for w in words] * 3, vocab_size=200, min_frequency=1)
+    for tags, message in (
+        ([[5, 0, 0, 0, 0], [1, 0, 0, 5, 6]], "sentence 7: 3 words .tokens. and 5 labels .ner_tags."),
+        ([[5, 0, 0], [1, 0, 0]], "sentence 8: 5 words .tokens. and 3 labels .ner_tags."),
+    ):
+        examples = {"id": ["7", "8"], "tokens": words, "ner_tags": tags}
+        with pytest.raises(NerDataError, match=message):
+            tokenize_and_align_labels(examples, tokenizer)
+    with pytest.raises(NerDataError, match="sentence 1: 5 words"):  # without ids: the sentence's position
+        tokenize_and_align_labels({"tokens": words, "ner_tags": [[5, 0, 0], [1, 0, 0]]}, tokenizer)
+
+
 def test_unreadable_files_name_file_and_line(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("Alice B-PER\nM\u00fcnchen B-LOC\n".encode("latin-1"))
     with pytest.raises(NerDataError, match=r"latin1\.txt, line 2: not UTF-8 text \(byte 0xfc at column 2\)"):

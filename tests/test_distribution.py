@@ -6,7 +6,10 @@ pull in (taken from this environment, so the test needs no network): datasets, m
 seqeval are absent there.
 """
 
+import email.message
+import email.parser
 import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
@@ -14,7 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, python_blocks
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -48,12 +51,16 @@ def wheel(tmp_path_factory) -> Path:
     return found
 
 
-def base_distributions(wheel: Path) -> set[str]:
-    """The distributions the wheel's base requirements (no extras) pull in, recursively, as installed here."""
+def wheel_metadata(wheel: Path) -> email.message.Message:
+    """The wheel's METADATA (core metadata headers, then the long description)."""
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
-        lines = archive.read(metadata).decode().splitlines()
-    pending = [line.split(":", 1)[1].strip() for line in lines if line.startswith("Requires-Dist:")]
+        return email.parser.Parser().parsestr(archive.read(metadata).decode())
+
+
+def base_distributions(wheel: Path) -> set[str]:
+    """The distributions the wheel's base requirements (no extras) pull in, recursively, as installed here."""
+    pending = list(wheel_metadata(wheel).get_all("Requires-Dist") or [])
     found = set()
     while pending:
         requirement = Requirement(pending.pop())
@@ -111,6 +118,44 @@ def test_the_wheel_ships_the_model_card_templates_and_named_configs(wheel):
     modules = {name for name in names if name.endswith(".py")}
     sources = {path.relative_to(REPO).as_posix() for path in (REPO / "elc_bert").rglob("*.py")}
     assert modules - {"elc_bert_cli.py"} == sources  # every module, and none that no longer exists
+
+
+def repository_url() -> str:
+    """pyproject.toml's `[project.urls]` Repository: the one place the repository's URL is written."""
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    return re.search(r'^Repository = "([^"]+)"', pyproject, re.MULTILINE).group(1)
+
+
+def test_the_wheel_describes_the_package_and_names_its_repository(wheel):
+    """The wheel's description opens with what the package is (not with a clone's `make demo`), and its metadata
+    names the repository, the URL that README's install lines and the model cards' (`install_instructions`) use."""
+    metadata = wheel_metadata(wheel)
+    url = repository_url()
+    assert f"Repository, {url}" in metadata.get_all("Project-URL")
+    description = metadata.get_payload()
+    title, first = [line for line in description.splitlines() if line.strip()][:2]
+    assert title == "# elc_bert" and "Hugging Face Transformers models" in first, description[:300]
+    assert "make demo" not in description
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for text in (readme, description):
+        installs = re.findall(r'pip install "elc_bert(?:\[all\])? @ git\+(\S+)"', text)
+        assert installs and set(installs) == {url}, installs
+    for path in [REPO / "README.md", *(REPO / "model_cards").glob("*.md"), *(REPO / "elc_bert").rglob("*.py")]:
+        assert "repository's URL>" not in path.read_text(encoding="utf-8"), path
+
+
+@pytest.mark.slow
+def test_the_readme_quick_tour_and_the_description_run_from_the_installed_wheel(base_env, wheel, tmp_path):
+    """The README's quick tour and the wheel description's code run where only the wheel is (no data/ folder of a
+    clone), with its base requirements alone."""
+    (tmp_path / "description.md").write_text(wheel_metadata(wheel).get_payload(), encoding="utf-8")
+    for page in (REPO / "README.md", tmp_path / "description.md"):
+        code = "\n".join(block for _, block, runs in python_blocks(page) if runs)
+        assert code, page
+        work = tmp_path / page.stem
+        work.mkdir()
+        done = subprocess.run([str(base_env), "-c", code], capture_output=True, text=True, timeout=600, cwd=work)
+        assert done.returncode == 0, (page, done.stderr[-3000:])
 
 
 MODEL_ONLY = """

@@ -10,34 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, python_blocks
 
 DOCS = REPO / "docs"
-NO_TEST = "<!-- no-test"
 
 
 def pages() -> list[Path]:
     """The Markdown pages of the docs (not the experiments' result tables the docs link to) and the README."""
     found = [path for path in sorted(DOCS.rglob("*.md")) if "results" not in path.relative_to(DOCS).parts]
     return [REPO / "README.md", *found]
-
-
-def python_blocks(path: Path) -> list[tuple[int, str, bool]]:
-    """(first line number, code, whether it runs) of each ```python block of `path`."""
-    blocks, lines = [], path.read_text(encoding="utf-8").splitlines()
-    start, before = None, ""
-    for number, line in enumerate(lines, 1):
-        if start is None and re.fullmatch(r"\s*```python\s*", line):
-            start, body = number, []
-            runs = not before.strip().startswith(NO_TEST)
-        elif start is not None and line.strip() == "```":
-            blocks.append((start + 1, "\n".join(body) + "\n", runs))
-            start = None
-        elif start is not None:
-            body.append(line)
-        if line.strip():
-            before = line
-    return blocks
 
 
 PAGES_WITH_CODE = [page for page in pages() if python_blocks(page)]

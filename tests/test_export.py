@@ -8,7 +8,9 @@ models and the local Hub's report are the session fixtures `exported` and `hub` 
 import ast
 import importlib.util
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pytest
@@ -262,3 +264,42 @@ def test_export_of_a_run_made_before_fingerprints_or_with_no_metrics(pretrain_ru
     assert "model-index" not in metadata and "left out because the export was asked for none" in text
     measured = json.loads((pretrain_run / "metrics.json").read_text())["final"]
     assert f"{measured['train_loss']:.4f}" not in text
+
+
+def _model_folder(folder: Path) -> Path:
+    ElcBertForMaskedLM(_elc()).save_pretrained(folder)
+    _tokenizer(TINY["vocab_size"]).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_exported_files_get_the_usual_permissions(tmp_path, umask):
+    """The folder and its files get the modes a plain write gives under the umask (0755 and 0644 under 022), not
+    those of the scratch folder and the weights' temporary file (0700, 0600): a copy or upload of the folder keeps
+    them. And config.json names the tokenizer's class, which transformers 4.x's `pipeline()` needs to load the
+    tokenizer of a model whose config is remote code."""
+    model = _model_folder(tmp_path / "model")
+    old = os.umask(umask)
+    try:
+        out = export(model, tmp_path / "out")
+    finally:
+        os.umask(old)
+    modes = {path.relative_to(tmp_path).as_posix(): stat.S_IMODE(path.stat().st_mode) for path in out.rglob("*")}
+    modes["out"] = stat.S_IMODE(out.stat().st_mode)
+    assert "model.safetensors" in {Path(name).name for name in modes}
+    for name, mode in modes.items():
+        expected = (0o777 if (tmp_path / name).is_dir() else 0o666) & ~umask
+        assert mode == expected, (name, oct(mode), oct(expected))
+    config = json.loads((out / "config.json").read_text())
+    assert config["tokenizer_class"] == json.loads((out / "tokenizer_config.json").read_text())["tokenizer_class"]
+
+
+def test_export_warns_of_a_dot_in_the_folder_name(tmp_path, caplog):
+    """transformers 4.x cannot load remote code from a folder whose name holds a dot (it becomes a module path)."""
+    model = _model_folder(tmp_path / "model")
+    with caplog.at_level("WARNING", logger="elc_bert.hub.export"):
+        export(model, tmp_path / "elc-tiny")
+    assert "dot" not in caplog.text
+    with caplog.at_level("WARNING", logger="elc_bert.hub.export"):
+        export(model, tmp_path / "elc-tiny.v2")
+    assert "elc-tiny.v2" in caplog.text and "transformers 4" in caplog.text and "dot" in caplog.text

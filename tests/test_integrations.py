@@ -2,6 +2,7 @@
 find for our model types, and trains and saves the modules that start fresh (a fusion module, a task head)."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from elc_bert import (
     LayerFusionForSequenceClassification,
     LayerFusionForTokenClassification,
 )
+from elc_bert.integrations import with_lora
+from elc_bert.models.errors import MissingPackageError
 
 peft = pytest.importorskip("peft")
 
@@ -111,6 +114,18 @@ def test_modules_to_save_are_full_paths_that_suffix_matching_cannot_confuse(tmp_
         "in_proj_v",
     }
     assert set(elc_bert.lora_config(BertModel(BertConfig(**BERT))).target_modules) == {"query", "value"}
+
+
+def test_lora_config_takes_a_task_type_and_names_the_extra_without_peft(monkeypatch):
+    """`task_type` (like every LoraConfig argument) may be given, over the one read from the head; without peft the
+    error names the `adapters` extra, for `lora_config` and `with_lora` alike."""
+    model = ElcBertForTokenClassification(ElcBertConfig(**TINY, num_labels=3))
+    assert elc_bert.lora_config(model, task_type="SEQ_CLS").task_type == "SEQ_CLS"
+    assert elc_bert.lora_config(model, task_type=None).task_type is None
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if not installed
+    for call in (lambda: elc_bert.lora_config(model), lambda: with_lora(model, {})):
+        with pytest.raises(MissingPackageError, match=r'LoRA needs peft.*pip install "elc_bert\[adapters\]"'):
+            call()
 
 
 # ------------------------------------------------------------------------------------------ sentence-transformers

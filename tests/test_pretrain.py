@@ -288,6 +288,44 @@ def test_shared_rows_train_as_one_sample_per_row_with_more_real_tokens(tmp_path)
     assert runs[True][0]["real_token_share"] > runs[False][0]["real_token_share"] + 0.05
 
 
+def test_a_truncated_gzip_file_in_a_streamed_corpus_is_named(tmp_path):
+    """`streaming: true` over a local folder whose .gz file was cut short (a download that stopped): the stream's
+    EOFError becomes an InputError naming that file, as the files read whole name it."""
+    import gzip
+
+    from elc_bert.data.tokenizer import train_tokenizer
+    from elc_bert.models.errors import InputError
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()
+    (folder / "a.txt.gz").write_bytes(gzip.compress("\n".join(lines[:200]).encode()))
+    whole = gzip.compress("\n".join(lines).encode())
+    (folder / "b.txt.gz").write_bytes(whole[: len(whole) // 2])
+    tokenizer = tmp_path / "tokenizer"
+    train_tokenizer(lines, 600, 2).save_pretrained(tokenizer)
+    streamed = dict(train_files=[{"path": str(folder)}], streaming=True, tokenizer=str(tokenizer), shuffle_buffer=50)
+    with pytest.raises(InputError, match=rf"{folder / 'b.txt.gz'}: cannot be read to its end \(truncated"):
+        pretrain(_config(tmp_path, max_steps=200, **streamed))
+
+
+def test_init_from_a_model_of_another_width_is_refused_in_our_words(tmp_path):
+    """`model: {hidden_size: 128}` over an init_from model 64 wide: its weights are of another shape. The error names
+    init_from, the weights and the key that differs (not transformers' `ignore_mismatched_sizes` advice)."""
+    import elc_bert.training.pretrain as job
+    from elc_bert.models import ElcBertConfig, ElcBertForMaskedLM
+
+    folder = tmp_path / "start"
+    ElcBertForMaskedLM(ElcBertConfig.from_preset("tiny", vocab_size=600)).save_pretrained(folder)
+    config = _config(tmp_path, init_from=str(folder), model={"hidden_size": 128}, **FROM_INIT)
+    with pytest.raises(ValueError) as error:
+        job._model(config, tokenizer=[None] * 600)
+    message = str(error.value)
+    assert message.startswith(f"init_from {folder}: the checkpoint does not fill ElcBertForMaskedLM")
+    assert "of another shape in the checkpoint" in message and "ignore_mismatched_sizes" not in message
+    assert "model.hidden_size: 64 in init_from's config, 128 here" in message
+
+
 def test_continued_pretraining_starts_from_the_given_model(tmp_path):
     """`init_from` a finished run: its weights and its tokenizer, then training goes on (in a new folder)."""
     first = _config(tmp_path / "a", max_steps=3, training={"save_steps": 100})

@@ -63,6 +63,24 @@ def test_load_model_refuses_unexpected_weights(toy_tokenizer, tmp_path):
         load_model(str(tmp_path))
 
 
+def test_pickled_weights_are_named_not_unpickled(toy_tokenizer, tmp_path):
+    """A pytorch_model.bin holding more than tensors (here a NumPy array) is not unpickled (that can run code): the
+    error names the folder and the file, says why, and how to convert it (not PyTorch's UnpicklingError)."""
+    import numpy as np
+
+    from elc_bert.models.errors import InputError
+
+    model = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer))))
+    toy_tokenizer.save_pretrained(tmp_path)
+    model.config.save_pretrained(tmp_path)
+    torch.save({**model.state_dict(), "step": np.zeros(1)}, tmp_path / "pytorch_model.bin")
+    with pytest.raises(InputError) as error:
+        load_model(str(tmp_path))
+    message = str(error.value)
+    assert message.startswith(f"{tmp_path}: holds pickled PyTorch weights (pytorch_model.bin)")
+    assert "not loaded, for safety" in message and "weights_only=False" in message and "save_pretrained" in message
+
+
 def test_a_pretraining_checkpoint_read_as_a_masked_lm_is_not_refused(toy_tokenizer, tmp_path):
     """bert-base-uncased's layout: BertForPreTraining's pooler and next-sentence head are whole modules that the
     masked LM does not have; every weight the masked LM has loads, so it is scored without the opt-in."""

@@ -15,10 +15,10 @@ import pytest
 import torch
 from helpers import TOY_SENTENCES, BigramMaskedLM, naive_causal_ll, randomise_elc_logits, tiny_config_kwargs
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
 from elc_bert.data.tokenizer import train_tokenizer
 from elc_bert.pretrained import is_causal_lm
-from elc_bert.scoring import causal_log_likelihoods, pseudo_log_likelihoods
+from elc_bert.scoring import causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 needs_blimp = pytest.mark.skipif(not (SHARED / "blimp").is_dir(), reason="../shared/data is not beside the repository")
@@ -221,3 +221,43 @@ def test_causal_matches_naive_loop(toy_tokenizer, family, with_bos):
     assert is_causal_lm(model)
     batched = causal_log_likelihoods(model, tokenizer, TOY_SENTENCES, batch_tokens=64, progress=False)
     assert_scores_close(batched, [naive_causal_ll(model, tokenizer, s) for s in TOY_SENTENCES])
+
+
+# ------------------------------------------------------------------------------------------- nothing to score
+def cleaning_tokenizer(toy_tokenizer, bos=None):
+    """The toy tokenizer with BERT's text cleaning, which drops a zero-width space: "\u200b" tokenizes to nothing."""
+    from tokenizers import normalizers
+
+    tokenizer = copy.deepcopy(toy_tokenizer)
+    tokenizer.backend_tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=False, strip_accents=False, lowercase=False
+    )
+    if bos is not None:
+        tokenizer.bos_token = bos
+    return tokenizer
+
+
+def test_a_sentence_with_no_token_to_score_is_refused(toy_tokenizer):
+    """A sentence that tokenizes to no token scored 0, more than any real sentence, and won its pair unseen."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = cleaning_tokenizer(toy_tokenizer)
+    sentences = [TOY_SENTENCES[0], "\u200b", TOY_SENTENCES[1]]
+    masked = BigramMaskedLM(len(tokenizer))
+    with pytest.raises(InputError, match=r"sentence 1: '\\u200b' has no token to score"):
+        pseudo_log_likelihoods(masked, tokenizer, sentences, progress=False)
+    with pytest.raises(InputError, match=r"sentence 2: '\\u200b' has no token to score"):  # counted with duplicates
+        pseudo_log_likelihoods(masked, tokenizer, [TOY_SENTENCES[0]] * 2 + ["\u200b"], progress=False)
+    torch.manual_seed(0)
+    causal = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2, n_positions=64))
+    for with_bos in (cleaning_tokenizer(toy_tokenizer, bos="[CLS]"), tokenizer):
+        with pytest.raises(InputError, match=r"sentence 1: '\\u200b' has no token to score"):
+            causal_log_likelihoods(causal, with_bos, sentences, progress=False)
+    # named by the caller's labels, and only where the scorer would score nothing
+    where = ["pairs.jsonl, line 1", "pairs.jsonl, line 2", "pairs.jsonl, line 3"]
+    with pytest.raises(InputError, match=r"pairs\.jsonl, line 2: '\\u200b' has no token to score"):
+        check_scorable(tokenizer, sentences, causal=False, where=where)
+    check_scorable(tokenizer, [TOY_SENTENCES[0], "\u200b" + TOY_SENTENCES[1]], causal=True)
+    # a completion with no token of its own: its context is not scored
+    with pytest.raises(InputError, match=r"sentence 0: 'the cat \\u200b' has no token to score"):
+        check_scorable(tokenizer, ["the cat \u200b"], causal=False, starts=[8])

@@ -1,11 +1,11 @@
 """`elc-bert analyze`: every measurement of `metrics.py` on one model and a text sample, as report.md, report.json
 and PNG plots."""
 
-import gzip
 import json
 from pathlib import Path
 
 from .. import plots
+from ..data.text import read_lines
 from ..models.errors import InputError, InputNotFoundError
 from .interventions import STRATEGIES
 from .metrics import (
@@ -26,7 +26,7 @@ REPORT_MD = "report.md"  # the same as Markdown tables
 def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 5) -> list[str]:
     """Up to `max_sentences` lines of at least `min_words` words from a text file (gzip when it ends in .gz) or a
     folder (its files whose name holds "test", else all, sorted; e.g. WikiText-2's test split). WikiText headings
-    (`= Title =`) are left out."""
+    (`= Title =`) are left out. A file that is not UTF-8 text is an InputError naming it and the line."""
     data = Path(data)
     if data.is_dir():
         files = sorted(p for p in data.rglob("*") if p.is_file() and not p.name.startswith("."))
@@ -37,14 +37,12 @@ def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 
         raise InputNotFoundError(f"--data {data}: no such file or folder")
     sentences = []
     for path in files:
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line in handle:
-                line = line.strip()
-                if len(line.split()) >= min_words and not (line.startswith("=") and line.endswith("=")):
-                    sentences.append(line)
-                if len(sentences) >= max_sentences:
-                    return sentences
+        for line in read_lines(path):  # a file that is not UTF-8 text is named with its line
+            line = line.strip()
+            if len(line.split()) >= min_words and not (line.startswith("=") and line.endswith("=")):
+                sentences.append(line)
+            if len(sentences) >= max_sentences:
+                return sentences
     if not sentences:
         raise InputError(f"--data {data}: no line of at least {min_words} words in {[str(f) for f in files]}")
     return sentences

@@ -7,7 +7,9 @@ resumed run (a fresh process) finds them and starts at once. `streamed_samples` 
 dataset, for corpora too large to download first.
 """
 
+import gzip
 import json
+import zlib
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -156,6 +158,47 @@ def _load_texts(source: DatasetSource, cache_dir=None, streaming: bool = False):
             f"{source.path} ({source.split} split): no text column {source.text_column!r}, its columns are {columns}"
         )
     return texts.select_columns([source.text_column])
+
+
+# What reading a compressed data file that ends early (a cut-short download) or is corrupt raises.
+DAMAGED_FILE_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+@contextmanager
+def naming_damaged_files(sources: list[DatasetSource]):
+    """For a block that reads streams of `sources` (`streamed_samples`): a data file that cannot be read to its end
+    (DAMAGED_FILE_ERRORS) raises InputError naming it (the first damaged .gz file of the sources' local folders, as
+    `read_text` names a file read whole), instead of the stream's bare EOFError."""
+    try:
+        yield
+    except DAMAGED_FILE_ERRORS as error:
+        damaged = next((path for source in sources for path in _data_files(source) if not _gzip_whole(path)), None)
+        what = "truncated" if isinstance(error, EOFError) else "corrupt"
+        named = damaged or " or ".join(source.path for source in sources)
+        raise InputError(
+            f"{named}: cannot be read to its end ({what} compressed data: {error}). Download or write the file again"
+        ) from None
+
+
+def _data_files(source: DatasetSource) -> list[str]:
+    """The data files of `source`'s split, where `source` is a local folder (none for a Hub dataset)."""
+    if not Path(source.path).is_dir():
+        return []
+    builder = datasets.load_dataset_builder(source.path, source.name)
+    return list((builder.config.data_files or {}).get(source.split, []))
+
+
+def _gzip_whole(path) -> bool:
+    """Whether the file `path` (anything but .gz counts as whole) reads to its end."""
+    if not str(path).endswith(".gz"):
+        return True
+    try:
+        with gzip.open(path, "rb") as handle:
+            while handle.read(1 << 20):
+                pass
+    except (*DAMAGED_FILE_ERRORS, OSError):
+        return False
+    return True
 
 
 def _documents_of_files(files: list[str], prepare: bool = False):

@@ -220,13 +220,30 @@ def few_shot_sample(dataset: datasets.Dataset, n_per_class: int, num_classes: in
     return dataset.select(sorted(indices.tolist()))
 
 
+def check_labels_fit_words(examples, where: str = "") -> None:
+    """Raises NerDataError naming the first sentence of `examples` (columns "tokens" and "ner_tags"; by its "id"
+    where there is one, else its position) whose number of labels is not its number of words: each word is labelled
+    with the tag at its position, so extra labels would be dropped and missing ones fail. `where` (e.g. "train
+    split") starts the message."""
+    names = examples["id"] if "id" in examples else range(len(examples["tokens"]))
+    for name, tokens, tags in zip(names, examples["tokens"], examples["ner_tags"]):
+        if len(tokens) != len(tags):
+            raise NerDataError(
+                f"{where + ': ' if where else ''}sentence {name}: {len(tokens)} words (tokens) and {len(tags)} labels "
+                "(ner_tags): each word needs one label"
+            )
+
+
 def tokenize_and_align_labels(
     examples, tokenizer, max_length: int | None = None, label_all_tokens: bool = False, word_index: bool = False
 ):
     """Batched `Dataset.map` function: tokenizes pre-split words (cut at `max_length` tokens) and labels the first
     sub-token of each word with the word's tag, every other sub-token and special token with -100. With
     `word_index`, also a column "word_index": the word of each labelled sub-token, in order (to score whole
-    sentences, the words past the cut included)."""
+    sentences, the words past the cut included). Labels that do not fit their words raise NerDataError
+    (`check_labels_fit_words`)."""
+    if "ner_tags" in examples:
+        check_labels_fit_words(examples)
     encoded = tokenizer(
         examples["tokens"], is_split_into_words=True, truncation=max_length is not None, max_length=max_length
     )

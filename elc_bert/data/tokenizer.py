@@ -1,13 +1,14 @@
 """The reference tokenizer recipe (cased WordPiece over byte-level pre-tokens with individual digits), and how a
 tokenizer of that recipe is loaded and saved so that other code reads it right.
 
-Three things other code reads besides the ids: where the special tokens a user writes in text begin (`[MASK]` in a
-fill-mask prompt must take the space before it, or that space becomes a lone `Ġ` token, a piece that stands before a
-digit in the training text), and the character offsets of each token (the spans of token classification), which must
-not include the space a byte-level token carries, nor should the text decoded from tokens start with it.
-`pipeline_ready` gives a tokenizer of the recipe all three, without
-changing the ids of text that holds no special token; the package applies it to every tokenizer it trains, loads,
-converts or exports (`load_tokenizer`, `save_tokenizer`).
+Three things other code reads besides the ids: where the tokens a user writes in text begin (`[MASK]` in a fill-mask
+prompt, or a marker added later with `add_tokens`, must take the space before it, or that space becomes a lone `Ġ`
+token, a piece that stands before a digit in the training text), the character offsets of each token (the spans of
+token classification), which must not include the space a byte-level token carries, and the text decoded from tokens,
+which a token-classification pipeline decodes again, word by word, to make an entity's text. `pipeline_ready` gives a
+tokenizer of the recipe all three, without changing the ids of text that holds no added token and does not end in
+spaces; the package applies it to every tokenizer it trains, loads, converts or exports (`load_tokenizer`,
+`save_tokenizer`).
 """
 
 import json
@@ -90,18 +91,43 @@ def _trimming_post_processor(post: dict | None) -> dict:
     return {"type": "Sequence", "processors": steps}
 
 
+# A pre-tokenization step that drops the spaces that end a piece of text: the piece before a token added to the
+# vocabulary (the added-token split leaves "a " before "<e1>" in "a <e1> b"), or the end of the text. Before the
+# ByteLevel step, which would make them a lone `Ġ`; a tokenizer.json setting, so that it also holds for tokens added
+# later with transformers' own `add_tokens`, and survives save and load.
+DROP_FINAL_SPACES = {"type": "Split", "pattern": {"Regex": " +\\z"}, "behavior": "Removed", "invert": False}
+# The decoder earlier versions wrote (the ByteLevel decoder, then a Strip of the first space), replaced by the
+# ByteLevel decoder alone: a token-classification pipeline decodes each word's tokens, then decodes those words again
+# to make an entity's text, which glued "George" and "Washington" once the first decode had stripped the space that
+# marks where a word starts.
+STRIP_FIRST_SPACE = {"type": "Strip", "content": " ", "start": 1, "stop": 0}
+
+
+def _dropping_final_spaces(pre: dict) -> dict:
+    """The pre-tokenizer `pre` (a byte-level one) with `DROP_FINAL_SPACES` in front, once."""
+    steps = pre["pretokenizers"] if pre.get("type") == "Sequence" else [pre]
+    if steps[0] == DROP_FINAL_SPACES:
+        return pre
+    return {"type": "Sequence", "pretokenizers": [DROP_FINAL_SPACES, *steps]}
+
+
 def pipeline_ready(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFast:
     """`tokenizer` with what other code reads made right, when it is a WordPiece over byte-level pre-tokens (the
     recipe's and the reference's; any other, BERT's or RoBERTa's say, is returned as it is):
 
     - every special token swallows the spaces before it (`lstrip`), so that "The cat [MASK] on" gives
-      `Ġcat [MASK] Ġon`, as the masked word's own token stands in pretraining, not `Ġcat Ġ [MASK] Ġon`;
+      `Ġcat [MASK] Ġon`, as the masked word's own token stands in pretraining, not `Ġcat Ġ [MASK] Ġon`; and the
+      pre-tokenizer drops the spaces that end a piece of text (`DROP_FINAL_SPACES`), so that a token added later
+      (`add_tokens(["<e1>"])`, `add_special_tokens(...)`) stands the same way, and text that ends in spaces gets no
+      lone `Ġ` at its end;
     - offsets leave out the space in front of a token (a ByteLevel post-processing step with `trim_offsets`), so
       that spans of token classification start at the word;
-    - decoded text does not start with the space the pre-tokenizer puts in front of the first word (a Strip step
-      after the ByteLevel decoder), so that a pipeline's entity words and fill-mask tokens carry none.
+    - the decoder is the ByteLevel one alone: decoded text starts with the space in front of its first word (as
+      RoBERTa's does), which is what lets a token-classification pipeline's `first`, `average` and `max` put the
+      words of an entity back together with their spaces ("George Washington"); strip it where it is not wanted.
 
-    The ids of text without special tokens do not change. Returns a new tokenizer; `tokenizer` is not modified.
+    The ids of text without special or added tokens that does not end in spaces do not change. Returns a new tokenizer;
+    `tokenizer` is not modified.
     """
     backend = json.loads(tokenizer.backend_tokenizer.to_str())
     if backend["model"].get("type") != "WordPiece" or not _is_byte_level(backend):
@@ -110,10 +136,11 @@ def pipeline_ready(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFas
     for token in backend.get("added_tokens", []):
         if token["special"] or token["content"] in special:
             token["lstrip"] = True
+    backend["pre_tokenizer"] = _dropping_final_spaces(backend["pre_tokenizer"])
     backend["post_processor"] = _trimming_post_processor(backend.get("post_processor"))
-    if (backend.get("decoder") or {}).get("type") == "ByteLevel":
-        strip = {"type": "Strip", "content": " ", "start": 1, "stop": 0}
-        backend["decoder"] = {"type": "Sequence", "decoders": [backend["decoder"], strip]}
+    decoder = backend.get("decoder") or {}
+    if decoder.get("type") == "Sequence" and decoder["decoders"][1:] == [STRIP_FIRST_SPACE]:
+        backend["decoder"] = decoder["decoders"][0]
     special_tokens = {
         name: getattr(tokenizer, name)
         for name in ("unk_token", "cls_token", "sep_token", "pad_token", "mask_token", "bos_token", "eos_token")

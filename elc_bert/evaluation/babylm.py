@@ -34,7 +34,7 @@ from ..data.jsonl import read_jsonl
 from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
-from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
+from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
 
 logger = logging.getLogger(__name__)
 
@@ -193,6 +193,15 @@ def read_task(task: str, folder: Path) -> list[Item]:
 
 
 # ------------------------------------------------------------------------------------------------------ scoring
+def check_items(tokenizer, items: list[Item], causal: bool) -> None:
+    """Refuses a candidate whose completion has no token to score (`scoring.check_scorable`), naming its file, line
+    and candidate: it would score 0 and win its item."""
+    sentences = [sentence for item in items for sentence in item.sentences]
+    starts = [len(s) - len(c) for item in items for s, c in zip(item.sentences, item.completions)]
+    where = [f"{item.where}, candidate {index}" for item in items for index in range(len(item.sentences))]
+    check_scorable(tokenizer, sentences, causal, starts, where)
+
+
 def score_items(
     model,
     tokenizer,
@@ -409,10 +418,12 @@ def evaluate_babylm(
             if loaded is None:
                 loaded = load_model(source, lm_head=True)
                 loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+                if loaded[2] != "causal" and loaded[1].mask_token_id is None:
+                    raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
+                for each in tasks:  # every task's sentences, before the first is scored
+                    check_items(loaded[1], items[each], loaded[2] == "causal")
             model_object, tokenizer, kind = loaded
             causal = kind == "causal"
-            if not causal and tokenizer.mask_token_id is None:
-                raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
             logger.info("%s %s: %d items", revision, task, len(items[task]))
             scores = score_items(model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress)
             result = evaluate(task, items[task], scores)

@@ -21,7 +21,7 @@ from ..extras import require
 from ..intervals import percent_interval, wilson_interval
 from ..models.errors import InputError, InputNotFoundError
 from ..pretrained import is_causal_lm
-from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, pseudo_log_likelihoods
+from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
 from .babylm import chosen
 
 logger = logging.getLogger(__name__)
@@ -43,23 +43,33 @@ def _set_name(path: Path) -> str | None:
     return None
 
 
-def read_minimal_pairs(path: str | Path) -> list[dict]:
+class MinimalPairs(list):
+    """The minimal pairs of one file (each the JSON object of its line), with `where` each came from ("FILE, line
+    N"), to name a pair in a later error."""
+
+    def __init__(self, pairs=(), where=()):
+        super().__init__(pairs)
+        self.where = list(where)
+
+
+def read_minimal_pairs(path: str | Path) -> MinimalPairs:
     """The minimal pairs of one JSON Lines file (gzip when the name ends in .gz): one JSON object per line with string
     fields `sentence_good` and `sentence_bad` (other fields are kept). Blank lines are skipped; anything else that is
     not such an object raises a ValueError naming the file and line."""
-    pairs = []
+    pairs = MinimalPairs()
     for line_number, row in read_jsonl(path):
         for key in ("sentence_good", "sentence_bad"):
             value = row.get(key)
             if not isinstance(value, str) or not value.strip():
                 raise InputError(f"{path}, line {line_number}: '{key}' is missing or not a non-empty string")
         pairs.append(row)
+        pairs.where.append(f"{path}, line {line_number}")
     if not pairs:
         raise InputError(f"{path}: no minimal pairs in the file")
     return pairs
 
 
-def load_minimal_pairs(data: str | Path) -> dict[str, list[dict]]:
+def load_minimal_pairs(data: str | Path) -> dict[str, MinimalPairs]:
     """{set name: pairs} for a folder of `<set>.jsonl(.gz)` files (sorted by name) or for a single such file."""
     data = Path(data)
     if data.is_file():
@@ -90,7 +100,15 @@ def default_out_dir(model: str | Path) -> Path:
 def report_name(data: str | Path) -> str:
     """The default name of the report on `data`: a single file's set name, else the folder's name."""
     data = Path(data)
-    return (_set_name(data) or data.stem) if data.is_file() else data.name
+    return (_set_name(data) or data.stem) if data.is_file() else data.resolve().name
+
+
+def check_report_name(name: str, argument: str = "name") -> str:
+    """`name` when it is a plain file name, which keeps the report in its output folder; else an InputError naming
+    `argument` (a path such as `../../x` or `/tmp/x` would write it elsewhere)."""
+    if name in ("", ".", "..") or Path(name).name != name:
+        raise InputError(f"{argument} must be a plain file name (no folder), got {name!r}")
+    return name
 
 
 # ------------------------------------------------------------------------------------------------------ report
@@ -315,6 +333,7 @@ def evaluate_blimp(
     `{name}.md` and `{name}.png`. Sets are scored one after another; with out_dir each finished set is kept in
     `{name}.partial.jsonl` (see `_PartialScores`), so that an interrupted run, started again, resumes at the next
     set."""
+    check_report_name(name)
     if batch_tokens < 1:
         raise InputError(f"batch_tokens must be positive, got {batch_tokens}")
     require("eval", what="BLiMP's 95% intervals")  # said now, not after the scoring
@@ -324,14 +343,21 @@ def evaluate_blimp(
             raise InputError(f"max_pairs_per_set must be positive, got {max_pairs_per_set}")
         if all(len(pairs) <= max_pairs_per_set for pairs in sets.values()):
             max_pairs_per_set = None  # a cap that cuts no set: every pair is scored, and the report says so
-        sets = {set_name: pairs[:max_pairs_per_set] for set_name, pairs in sets.items()}
+        sets = {
+            set_name: MinimalPairs(pairs[:max_pairs_per_set], pairs.where[:max_pairs_per_set])
+            for set_name, pairs in sets.items()
+        }
     causal = is_causal_lm(model) if causal is None else causal
     scorer = causal_log_likelihoods if causal else pseudo_log_likelihoods
     # Each set's sentences as good, bad, good, bad, ...
-    texts = {
-        set_name: [pair[key] for pair in pairs for key in ("sentence_good", "sentence_bad")]
-        for set_name, pairs in sets.items()
-    }
+    keys = ("sentence_good", "sentence_bad")
+    texts = {set_name: [pair[key] for pair in pairs for key in keys] for set_name, pairs in sets.items()}
+    check_scorable(  # every set, before the first is scored
+        tokenizer,
+        [text for set_texts in texts.values() for text in set_texts],
+        causal,
+        where=[f"{where}, {key}" for pairs in sets.values() for where in pairs.where for key in keys],
+    )
     sentences = [sentence for set_texts in texts.values() for sentence in set_texts]
     partial = None
     if out_dir is not None:

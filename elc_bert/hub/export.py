@@ -13,12 +13,13 @@ import contextlib
 import importlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 from elc_bert import runs
-from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer
+from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 from elc_bert.integrations import write_sentence_files
 from elc_bert.job_configs import saved_config
 from elc_bert.models import AUTO_CLASSES
@@ -154,14 +155,32 @@ def check_out_dir(source: Path, out_dir: Path, overwrite: bool) -> None:
         raise InputExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
 
 
+def _current_umask() -> int:
+    umask = os.umask(0o022)  # the only way to read it is to set it
+    os.umask(umask)
+    return umask
+
+
+def give_usual_modes(folder: Path) -> None:
+    """Gives `folder` and everything in it the modes a plain write gives under the umask (0755 and 0644 under 022):
+    the scratch folder (`mkdtemp`) is 0700, and transformers writes the weights through a temporary file, 0600, so
+    that a copy or an upload of the folder would keep them private to one user."""
+    umask = _current_umask()
+    for path in [folder, *folder.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 @contextlib.contextmanager
 def written_in_place_of(out_dir: Path):
-    """A scratch folder next to `out_dir` to write into; when the block succeeds it replaces `out_dir`, when it
-    fails it is removed: a failed write leaves no half-written folder and the old `out_dir` as it was."""
+    """A scratch folder next to `out_dir` to write into; when the block succeeds it replaces `out_dir` (with the
+    usual modes, `give_usual_modes`), when it fails it is removed: a failed write leaves no half-written folder and
+    the old `out_dir` as it was."""
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
     try:
         yield scratch
+        give_usual_modes(scratch)
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
@@ -205,6 +224,14 @@ def export(
         run_dir = source
     run_dir = Path(run_dir) if run_dir is not None else None
     check_out_dir(source, out_dir, overwrite)
+    if "." in out_dir.name:
+        logger.warning(
+            "%s: the folder's name holds a dot, and transformers 4.x cannot load remote code from such a folder "
+            "(ModuleNotFoundError: transformers_modules...): name it without one (e.g. %s) for users of transformers "
+            "before 5",
+            out_dir,
+            out_dir.name.replace(".", "-"),
+        )
     run_model = None
     left_out = None if metrics else "the export was asked for none (`--no-metrics`)"  # why the card has no metrics
     if run_dir is not None:
@@ -259,13 +286,17 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
         )
     model.eval()
     model.save_pretrained(out_dir)  # safetensors, and the model files as remote code (`register_for_auto_class`)
+    tokenizer = load_tokenizer(tokenizer_source)
+    save_tokenizer(tokenizer, out_dir)
     config_file = out_dir / "config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["auto_map"] = auto_map(*family_of(model_class))
+    # transformers 4.x's pipeline() loads a tokenizer for a model whose config is remote code only when the config
+    # names the tokenizer's class (without it, pipeline("fill-mask", REPO, trust_remote_code=True) has none)
+    tokenizer_config = json.loads((out_dir / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
+    config["tokenizer_class"] = tokenizer_config["tokenizer_class"]
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
-    tokenizer = load_tokenizer(tokenizer_source)
-    save_tokenizer(tokenizer, out_dir)
     if sentence is not None:
         card["sentence_modules"] = write_sentence_files(model, tokenizer, out_dir, **sentence)
     write_model_card(out_dir, model, **card)

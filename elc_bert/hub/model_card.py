@@ -493,8 +493,8 @@ def _citation(model, templates_dir: Path) -> str:
 
 
 def install_instructions() -> str:
-    """How to install the package, which is not on PyPI: from its repository (named when the package's metadata
-    has a Repository / Source / Homepage URL), or from a clone."""
+    """How to install the package, which is not on PyPI: from its repository, as the package's metadata names it
+    (pyproject.toml's `[project.urls]`), or from a clone (an install whose metadata names none, made before it did)."""
     try:
         urls = package_metadata("elc_bert").get_all("Project-URL") or []
     except PackageNotFoundError:
@@ -503,7 +503,7 @@ def install_instructions() -> str:
         label, _, url = entry.partition(",")
         if label.strip().lower() in ("repository", "source", "homepage") and url.strip():
             return f'`pip install "elc_bert @ git+{url.strip()}"`, or `pip install -e .` in a clone'
-    return '`pip install "elc_bert @ git+<the package\'s repository URL>"`, or `pip install -e .` in a clone'
+    return "`pip install -e .` in a clone of its repository"
 
 
 def _auto_class_name(model) -> str:

@@ -211,6 +211,11 @@ def within(value, bounds: str) -> bool:
     return above and below
 
 
+def bounds_text(bounds: str) -> str:
+    """A range as messages and help write it: `>= 0`, `in [0, 1)`."""
+    return bounds if bounds[0] in "<>" else f"in {bounds}"
+
+
 def phrase(annotation) -> str:
     """What a value of `annotation` is, in words, for error messages."""
     origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)

@@ -18,7 +18,7 @@ from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from .. import runs
 from ..models.errors import InputError, InputNotFoundError
-from .conversion import check_keys, convert, field_types, within
+from .conversion import bounds_text, check_keys, convert, field_types, within
 
 # What every job's `report_to` may name: the Trainer's experiment trackers (each needs its own package).
 TRACKERS = tuple(INTEGRATION_TO_CALLBACK)
@@ -38,21 +38,75 @@ ConfigLoader.add_implicit_resolver(
 )
 
 
-def read_yaml(text_or_stream):
+def read_yaml(text_or_stream, source: str | None = None, key: str = ""):
     """The value of a YAML text or file (`ConfigLoader`'s booleans); a malformed one is an InputError that names the
-    file (or the text) and the line."""
+    file (or the text) and the line. A key given twice in one mapping, which YAML would settle silently for the last,
+    is an InputError naming `source` (by default the file), the dotted key (under `key`) and both lines."""
+    loader = ConfigLoader(text_or_stream)
     try:
-        return yaml.load(text_or_stream, Loader=ConfigLoader)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, source or node.start_mark.name, key, set())
+        return loader.construct_document(node)
     except yaml.YAMLError as error:
         raise InputError(f"not valid YAML: {error}") from None
+    finally:
+        loader.dispose()
 
 
-def config_field(default=dataclasses.MISSING, help: str = "", *, bounds: str | None = None, keys=None):
+def _refuse_duplicate_keys(node, source: str, key: str, seen: set) -> None:
+    """Walks a composed YAML node (before YAML's own reading drops the first of two equal keys); `key` is where it
+    sits (dotted, `[i]` for a list item)."""
+    if id(node) in seen:  # an alias of a node already walked (or of itself)
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _refuse_duplicate_keys(item, source, f"{key}[{index}]", seen)
+    elif isinstance(node, yaml.MappingNode):
+        lines = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            name = f"{key}.{key_node.value}" if key else key_node.value
+            line, identity = key_node.start_mark.line + 1, (key_node.tag, key_node.value)
+            if identity in lines:
+                raise InputError(f"{source}: {name} is given twice (lines {lines[identity]} and {line}): keep one")
+            lines[identity] = line
+            _refuse_duplicate_keys(value_node, source, name, seen)
+
+
+# The ranges of the TrainingArguments numbers a `training:` mapping may set, which TrainingArguments itself takes
+# as they come (`max_grad_norm: -1` turns clipping off, `weight_decay: -3` pushes weights up: both train).
+TRAINING_BOUNDS = {
+    "learning_rate": "> 0",
+    "num_train_epochs": "> 0",
+    "weight_decay": ">= 0",
+    "max_grad_norm": ">= 0",  # 0 turns clipping off
+    "warmup_steps": ">= 0",  # steps, or below 1 a fraction of them
+    "label_smoothing_factor": "[0, 1)",
+    "adam_beta1": "[0, 1)",
+    "adam_beta2": "[0, 1)",
+    "adam_epsilon": "> 0",
+    "gradient_accumulation_steps": ">= 1",
+    "per_device_train_batch_size": ">= 1",
+    "per_device_eval_batch_size": ">= 1",
+    "eval_accumulation_steps": ">= 1",
+    "logging_steps": "> 0",
+    "save_steps": "> 0",
+    "eval_steps": "> 0",
+    "dataloader_num_workers": ">= 0",
+}
+
+
+def config_field(default=dataclasses.MISSING, help: str = "", *, bounds: str | None = None, keys=None, key_bounds=None):
     """A job config field. `help` says what it means (shown by `elc-bert JOB --help`); `bounds` is the range of a
     number (">= 1", "> 0", or an interval such as "[0, 1)"; for a list, of each item); `keys` is the class or
     callable (or a tuple of them) whose keyword arguments a mapping holds, e.g. `TrainingArguments`: its keys must be
-    theirs, its values get their types. A list or dict default is copied for each instance."""
-    metadata = {"help": help, "bounds": bounds, "keys": keys}
+    theirs, its values get their types; `key_bounds` maps some of those keys to their ranges. A list or dict default
+    is copied for each instance."""
+    metadata = {"help": help, "bounds": bounds, "keys": keys, "key_bounds": key_bounds or {}}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -68,7 +122,7 @@ def report_to_field():
 
 def training_field():
     """Every job's `training`: further TrainingArguments (a field the job sets itself is refused, `check_fields`)."""
-    return config_field({}, "further TrainingArguments", keys=TrainingArguments)
+    return config_field({}, "further TrainingArguments", keys=TrainingArguments, key_bounds=TRAINING_BOUNDS)
 
 
 def allow_unloaded_weights_field():
@@ -78,24 +132,34 @@ def allow_unloaded_weights_field():
 
 def check_fields(config) -> None:
     """Converts each field of the dataclass instance `config` to its declared type and checks its bounds and, for a
-    mapping, its keys; raises ValueError naming the (dotted) key, what it must be and the value. A `training.*` key
-    for a TrainingArguments field that the job sets itself (the class's `training_owned`: {field: the job key that
-    sets it}) is refused naming the job's key: it would be ignored, or fight the job's own setting."""
+    mapping, its keys and their bounds (`key_bounds`); raises ValueError naming the (dotted) key, what it must be and
+    the value. A `training.*` key for a TrainingArguments field that the job sets itself (the class's
+    `training_owned`: {field: the job key that sets it}) is refused naming the job's key: it would be ignored, or
+    fight the job's own setting."""
     types_ = field_types(type(config))
     for field in dataclasses.fields(config):
         key, value = field.name, getattr(config, field.name)
         value = convert(value, types_[key], key, field.metadata.get("keys"))
-        bounds = field.metadata.get("bounds")
-        if bounds is not None:
-            for item in value if isinstance(value, list) else [value]:
-                if item is not None and not within(item, bounds):
-                    where = bounds if bounds[0] in "<>" else f"in {bounds}"
-                    raise InputError(f"{key} must be {where}, got {value!r}")
+        _check_bounds(key, value, field.metadata.get("bounds"))
         setattr(config, key, value)
     owned = getattr(type(config), "training_owned", {})
     taken = [name for name in getattr(config, "training", {}) if name in owned]
     if taken:  # one source per setting: the job's own key
         raise InputError("; ".join(f"training.{name} is set by the job: use {owned[name]}" for name in taken))
+    for field in dataclasses.fields(config):
+        mapping = getattr(config, field.name)
+        for name, bounds in field.metadata.get("key_bounds", {}).items():
+            if name in mapping:
+                _check_bounds(f"{field.name}.{name}", mapping[name], bounds)
+
+
+def _check_bounds(key: str, value, bounds: str | None) -> None:
+    """Refuses a number (or a list item) outside `bounds` (see `config_field`), naming the key."""
+    if bounds is None:
+        return
+    for item in value if isinstance(value, list) else [value]:
+        if item is not None and not within(item, bounds):
+            raise InputError(f"{key} must be {bounds_text(bounds)}, got {value!r}")
 
 
 def named_config(name: str, job: str) -> Path:
@@ -139,7 +203,7 @@ def load_config(config_class, path: str | Path | None, overrides: list[str] = ()
             target = target[parent]
             if not isinstance(target, dict):
                 raise InputError(f"{where}: override {override!r}: {'.'.join(parents[: depth + 1])} is not a mapping")
-        target[last] = read_yaml(raw)
+        target[last] = read_yaml(raw, f"{where}: override {override!r}", key)
     try:
         check_keys(values, config_class)
         return config_class(**values)

@@ -5,7 +5,7 @@ import textwrap
 
 import yaml
 
-from .conversion import as_tuple, field_types, target_name, type_name
+from .conversion import as_tuple, bounds_text, field_types, target_name, type_name
 
 
 def describe_config(config_class) -> str:
@@ -16,7 +16,7 @@ def describe_config(config_class) -> str:
         kind = type_name(declared[field.name])
         bounds = field.metadata.get("bounds")
         if bounds:
-            kind += f" {bounds}" if bounds[0] in "<>" else f" in {bounds}"
+            kind += f" {bounds_text(bounds)}"
         if field.default is not dataclasses.MISSING:
             kind += f", default {_yaml_text(field.default)}"
         elif field.default_factory is not dataclasses.MISSING:
@@ -25,7 +25,12 @@ def describe_config(config_class) -> str:
             kind += ", required"
         text = field.metadata.get("help", "")
         if field.metadata.get("keys") is not None:
-            text += f" (keys: the arguments of {' / '.join(target_name(t) for t in as_tuple(field.metadata['keys']))})"
+            targets = " / ".join(target_name(t) for t in as_tuple(field.metadata["keys"]))
+            owned = getattr(config_class, "training_owned", {})
+            ranges = [
+                f"{name} {bounds_text(b)}" for name, b in field.metadata["key_bounds"].items() if name not in owned
+            ]
+            text += f" (keys: the arguments of {targets}{'; ' if ranges else ''}{', '.join(ranges)})"
         lines.append(f"  {field.name}: {kind}")
         lines.extend(textwrap.wrap(text, width=110, initial_indent=" " * 6, subsequent_indent=" " * 6))
     return "\n".join(lines)

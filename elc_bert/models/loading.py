@@ -3,12 +3,15 @@
 `transformers` fills a weight that the checkpoint lacks with a random initialisation and only logs it; a model scored,
 analysed or wrapped in that state measures its random weights. Weights the library ties to another one (a decoder to
 the word embeddings) are not reported missing when their source loaded, so they never count here. A weights file cut
-short (a process killed while writing it, a full disk) is named before anything loads.
+short (a process killed while writing it, a full disk) is named before anything loads, and so are a local folder that
+does not exist (`is_hub_id` is the one rule for what can be a Hub name instead) and pickled weights PyTorch refuses.
+`check_vocabulary` and `check_max_length` say whether a tokenizer's inputs fit the loaded model.
 """
 
+import pickle
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, InputNotFoundError
 
 SHOWN_KEYS = 5
 
@@ -87,17 +90,52 @@ def cut_short_weights(folder) -> Path | None:
     return next((path for path in sorted(folder.glob("*.safetensors")) if not complete_safetensors(path)), None)
 
 
+def is_hub_id(name: str) -> bool:
+    """Whether `name` can be a Hub repository id (`owner/name`, or a legacy `name`), by `huggingface_hub`'s own rule
+    (`validate_repo_id`): a local path (starting with `.`, `/` or `~`, or with more than two parts) cannot."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def check_model_source(name) -> None:
+    """Raises InputNotFoundError naming `name` when it can only be a local path (`is_hub_id`) and does not exist,
+    before anything tries the Hub with it."""
+    if not Path(name).expanduser().exists() and not is_hub_id(str(name)):
+        raise InputNotFoundError(f"model {name}: no such folder (nor a Hub name, which is owner/name)")
+
+
 def load_pretrained(model_class, source, **kwargs):
     """`model_class.from_pretrained(source, output_loading_info=True, **kwargs)`: the model and its loading info (for
-    `check_weights_loaded`). Weights of a local folder that are cut short raise OSError naming the file, instead of
-    the safetensors library's "incomplete metadata" that names none."""
+    `check_weights_loaded`). Weights of another shape than the config's are left random and listed in the info
+    (`ignore_mismatched_sizes`), so that the caller's check names them; a missing local folder
+    (`check_model_source`) and pickled weights that PyTorch does not load for safety raise InputError naming them;
+    weights of a local folder that are cut short, OSError naming the file, instead of the safetensors library's
+    "incomplete metadata" that names none."""
+    check_model_source(source)
     damaged = cut_short_weights(source)
     if damaged is not None:
         raise OSError(
             f"{damaged} is cut short ({damaged.stat().st_size} bytes, fewer than its header describes): the process "
             "that wrote it was killed or the disk was full. Use an earlier checkpoint or save the model again"
         )
-    return model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    kwargs.setdefault("ignore_mismatched_sizes", True)
+    try:
+        return model_class.from_pretrained(source, output_loading_info=True, **kwargs)
+    except pickle.UnpicklingError as error:
+        if "weights_only" not in str(error):
+            raise
+        pickled = ", ".join(path.name for path in sorted(Path(source).glob("*.bin"))) if Path(source).is_dir() else ""
+        raise InputError(
+            f"{source}: holds pickled PyTorch weights{f' ({pickled})' if pickled else ''} with objects besides "
+            "tensors, which are not loaded, for safety (unpickling can run any code). If you trust them, load them "
+            "yourself (torch.load(path, weights_only=False)) into the model and save it with save_pretrained, which "
+            "writes model.safetensors"
+        ) from None
 
 
 def check_vocabulary(tokenizer, model, model_source) -> None:
@@ -109,4 +147,27 @@ def check_vocabulary(tokenizer, model, model_source) -> None:
         raise InputError(
             f"the tokenizer of {tokenizer.name_or_path} has {len(tokenizer)} tokens, but the model of {model_source} "
             f"embeds {rows}: ids from {rows} on have no embedding. Use the model's own tokenizer (or one made for it)"
+        )
+
+
+def check_max_length(max_length: int, model_config, tokenizer, model_source, key: str = "max_length") -> None:
+    """Raises InputError naming `key` when inputs of `max_length` tokens are longer than the model of `model_config`
+    takes: a model with learned positions embeds `max_position_embeddings` of them (fewer where its tokenizer's
+    `model_max_length` says so: RoBERTa's first two are not positions), and fails on a longer batch deep inside its
+    forward. ELC-BERT's and LTG-BERT's relative positions take any length."""
+    from .configuration_elc_bert import ElcBertConfig
+
+    model_config = getattr(model_config, "backbone_config", None) or model_config  # a layer-fusion model's backbone
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if isinstance(model_config, ElcBertConfig) or positions is None:
+        return
+    limits = {"max_position_embeddings": positions}
+    declared = getattr(tokenizer, "model_max_length", None)
+    if declared is not None and declared < min(positions, 1_000_000):  # the library's stand-in for none is 1e30
+        limits = {"tokenizer's model_max_length": declared}
+    (what, limit), *_ = limits.items()
+    if max_length > limit:
+        raise InputError(
+            f"{key} {max_length} is more than the model of {model_source} takes: its {what} is {limit}. "
+            f"Set {key} to {limit} or less"
         )

@@ -71,4 +71,4 @@ from .saved import (  # noqa: F401
     naming_full_disk,
     replacing_files,
 )
-from .writers import claim, hold_run_folder, starting_trials  # noqa: F401
+from .writers import claim, hold_run_folder, holder, starting_trials  # noqa: F401

@@ -54,9 +54,7 @@ def starting_trials(run_dir: str | Path):
 def claim(run_dir: Path) -> str | None:
     """Takes a trial for this process by writing `run_dir/.claimed` (host, pid and the process's start time), so
     that several processes running the same jobs side by side share out the trials. Returns None when the trial is
-    this process's to run, else the live process that holds it. A claim whose process is gone (on this host) is taken
-    over, and so is one whose pid now belongs to another process (a later start time); one from another host is
-    respected: delete the file if that run is dead."""
+    this process's to run, else the live process that holds it (`holder`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / CLAIM
     me = f"{socket.gethostname()} {os.getpid()} {_start_time(os.getpid()) or '-'}"
@@ -65,18 +63,39 @@ def claim(run_dir: Path) -> str | None:
             file.write(me)
         return None
     except FileExistsError:
-        holder = path.read_text().strip()
-        host, pid, *started = holder.split(" ")  # claims written before start times were recorded have none
-        started = started[0] if started and started[0] != "-" else None
-        if holder != me and (host != socket.gethostname() or _alive(int(pid), started)):
-            return f"{host} pid {pid}"
+        held_by = holder(run_dir)
+        if held_by is not None:
+            return held_by
     path.write_text(me)  # this process's own claim, or a stale one
     return None
 
 
-def _alive(pid: int, started: str | None = None) -> bool:
-    """Whether process `pid` runs and, when its start time `started` is known, is still the process that started
-    then (the system hands a dead process's pid to a new one sooner or later)."""
+def holder(run_dir: Path) -> str | None:
+    """The live process that holds the trial of `run_dir` by its claim ("HOST pid PID"), or None: no claim, this
+    process's own, or a stale one. A claim is stale when its process is gone (on this host), when its pid now belongs
+    to another process (a start time other than the one recorded, or a process that started after the claim was
+    written: claims of earlier versions record none), or when it is empty (a kill while writing it). A claim from
+    another host is respected: delete the file if that run is dead."""
+    path = run_dir / CLAIM
+    try:
+        text, written = path.read_text().strip(), path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+    if " " not in text:  # empty: a kill while writing it
+        return None
+    host, pid, *started = text.split(" ")
+    started = started[0] if started and started[0] != "-" else None  # claims of earlier versions record none
+    if host != socket.gethostname():
+        return f"{host} pid {pid}"
+    if not pid.isdigit() or int(pid) == os.getpid():  # garbled, or this process's pid: its own or a stale claim
+        return None
+    return f"{host} pid {pid}" if _alive(int(pid), started, written) else None
+
+
+def _alive(pid: int, started: str | None, claimed_at: float) -> bool:
+    """Whether process `pid` runs and is still the process that claimed (the system hands a dead process's pid to a
+    new one sooner or later): its start time is `started`, where the claim records it; for a claim that records none,
+    it started before `claimed_at` (the claim's modification time, seconds since the epoch)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -84,7 +103,20 @@ def _alive(pid: int, started: str | None = None) -> bool:
     except PermissionError:  # it exists, another user's
         pass
     now = _start_time(pid)
-    return started is None or now is None or now == started
+    if now is None:  # where start times cannot be read, the pid alone identifies a claim's process
+        return True
+    if started is not None:
+        return now == started
+    # A minute's leeway: the boot time is in whole seconds, and a file server's clock may differ from this host's.
+    return _boot_time() + int(now) / os.sysconf("SC_CLK_TCK") <= claimed_at + 60
+
+
+def _boot_time() -> float:
+    """When the system booted (Linux: the btime line of /proc/stat), in seconds since the epoch."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    return 0.0
 
 
 def _start_time(pid: int) -> str | None:

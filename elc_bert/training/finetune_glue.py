@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 from transformers import (
+    AutoConfig,
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
     EarlyStoppingCallback,
@@ -44,7 +45,7 @@ from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
 from ..job_configs import FinetuneGlueConfig, save_config
 from ..models.errors import InputNotFoundError
-from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
+from ..models.loading import check_fine_tuning_start, check_max_length, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..pretrained import find_tokenizer, resolve_model
 from .arguments import (
@@ -286,8 +287,9 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
         raise InputNotFoundError(
             f"data_dir {folders[0]}: no such folder (expected <task>.train/valid.jsonl(.gz) files)"
         )
-    resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
+    source = resolve_model(config.model)  # a mistyped model folder is named here, before anything is written
     tokenizer = load_tokenizer(find_tokenizer([config.tokenizer or config.model]))
+    check_max_length(config.max_length, AutoConfig.from_pretrained(source), tokenizer, source)
     writes = writes_run_folder()
     with runs.hold_run_folder(glue_dir, "finetune-glue", writes=writes), runs.naming_full_disk(glue_dir):
         if writes:

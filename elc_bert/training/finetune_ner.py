@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 from safetensors.torch import load_file
 from transformers import (
+    AutoConfig,
     AutoModelForTokenClassification,
     DataCollatorForTokenClassification,
     PreTrainedTokenizerBase,
@@ -27,15 +28,22 @@ from transformers import (
 )
 
 from .. import runs
-from ..data.ner import SCHEMES, few_shot_sample, load_conll03, load_wikiann, tokenize_and_align_labels
+from ..data.ner import (
+    SCHEMES,
+    check_labels_fit_words,
+    few_shot_sample,
+    load_conll03,
+    load_wikiann,
+    tokenize_and_align_labels,
+)
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
 from ..intervals import confidence_interval, mean_and_interval
 from ..job_configs import FinetuneNerConfig, save_config
 from ..models import FUSIONS, LayerFusionForTokenClassification
-from ..models.errors import InputError
-from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
+from ..models.errors import InputError, InputExistsError
+from ..models.loading import check_fine_tuning_start, check_max_length, check_vocabulary, load_pretrained
 from ..plots import plot_curves, plot_means_against_counts
 from ..pretrained import find_tokenizer, resolve_model
 from .arguments import UNLOADED_HINT, StopOnNonFiniteLoss, training_arguments
@@ -210,9 +218,14 @@ def prepare(config: FinetuneNerConfig) -> tuple[TrialData, dict]:
     """The run's `TrialData` and, per scored split, how many of its sentences have words past max_length (which
     count as predicted O: a warning says so)."""
     splits, scheme = load_data(config)
+    for split, dataset in splits.items():  # all of them, before a trial samples one that does not fit
+        if "ner_tags" in dataset.column_names:
+            check_labels_fit_words(dataset[:], f"{split} split")
     label_names = splits["train"].features["ner_tags"].feature.names
     entity_types = len({name[2:] for name in label_names if name != "O"})
     tokenizer = load_tokenizer(find_tokenizer([config.model]))
+    source = resolve_model(config.model)
+    check_max_length(config.max_length, AutoConfig.from_pretrained(source), tokenizer, source)
     dev = splits["validation"]
     if config.max_eval_sentences is not None:
         dev = dev.select(range(min(config.max_eval_sentences, len(dev))))
@@ -250,8 +263,9 @@ def split_sizes(data: TrialData) -> dict:
 def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> dict:
     """Runs every (N, trial) not finished yet (a finished one's result.json is reused; with `save_checkpoints` an
     unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`;
-    returns the summary (`results_table` shows it). `callbacks`: further `TrainerCallback`s for every trial's
-    Trainer."""
+    returns the summary (`results_table` shows it). Trials that other processes still hold at the end raise
+    InputExistsError naming them, once the results over the finished ones are written (`refuse_unfinished_trials`).
+    `callbacks`: further `TrainerCallback`s for every trial's Trainer."""
     require("plots", what="elc-bert finetune-ner")
     output_dir = Path(config.output_dir)
     runs.refuse_other_jobs(output_dir, "finetune-ner")
@@ -266,7 +280,9 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             run_trial(config, data, *task, callbacks)
             task = claim_next_trial(config)
         # with the trials that other processes finished meanwhile
-        return write_results(config, truncated, split_sizes(data))
+        summary = write_results(config, truncated, split_sizes(data))
+    refuse_unfinished_trials(config)
+    return summary
 
 
 def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
@@ -277,11 +293,30 @@ def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
             run_dir = runs.trial_dir(config.output_dir, shots, trial)
             if (run_dir / runs.RESULT).exists():
                 continue
-            holder = runs.claim(run_dir)
-            if holder is None:
+            held_by = runs.claim(run_dir)
+            if held_by is None:
                 return shots, trial
-            logger.info("N=%d trial %d: left to the process that runs it (%s, %s)", shots, trial, holder, run_dir)
+            logger.info("N=%d trial %d: left to the process that runs it (%s, %s)", shots, trial, held_by, run_dir)
     return None
+
+
+def refuse_unfinished_trials(config: FinetuneNerConfig) -> None:
+    """At the end of a run, raises InputExistsError naming the trials without a result (run by other processes, which
+    share out the trials) and who holds them: the results written hold the finished trials only, and a run that
+    ended as if whole would leave its table short of them."""
+    unfinished = []
+    for shots in config.shots:
+        for trial in range(config.trials):
+            run_dir = runs.trial_dir(config.output_dir, shots, trial)
+            if not (run_dir / runs.RESULT).exists():
+                unfinished.append(f"N={shots} trial {trial} ({runs.holder(run_dir) or 'no live process now'})")
+    if unfinished:
+        raise InputExistsError(
+            f"{config.output_dir}: no result yet for {', '.join(unfinished)}, held by other processes; "
+            f"{runs.RESULTS_TABLE} holds the finished trials only. Run this command again "
+            "once they end (it reuses every finished trial, and takes over a trial whose process is gone) for the "
+            f"whole table, or delete a trial's {runs.CLAIM} if its process no longer runs it"
+        )
 
 
 def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: Path, seed: int, callbacks):
@@ -461,7 +496,8 @@ def results_table(config: FinetuneNerConfig, summary: dict) -> str:
     an N with some trials still running elsewhere says how many of the planned ones it holds."""
     rows = []
     for shots in config.shots:
-        if f"n{shots}" not in summary:
+        if f"n{shots}" not in summary:  # no trial finished yet
+            rows.append(f"| {shots} | - (0 of {config.trials} trials) | - | - |")
             continue
         entry = summary[f"n{shots}"]
         values, mean, half_width = (entry[key] for key in ("best_dev_f1", "mean", "ci95"))

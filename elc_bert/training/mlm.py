@@ -48,21 +48,34 @@ def wikitext_splits(data_dir: str, dataset_config: str | None = None) -> dict[st
         if missing:
             raise InputError(f"Hub dataset {data_dir} ({dataset_config}): missing splits {missing}, has {list(hub)}")
         return {split: hub[split]["text"] for split in ("train", "validation", "test")}
+    return {split: read_lines(path) for split, path in _split_files(root).items()}
+
+
+def _split_files(root: Path) -> dict[str, Path]:
+    """The file of each split in the local WikiText-2 folder `root` (or its wikitext2/wikitext-2-v1_tokenized)."""
     nested = root / "wikitext2" / "wikitext-2-v1_tokenized"
     folder = nested if nested.is_dir() else root
-    splits = {}
+    files = {}
     for split, name in (("train", "train.txt"), ("validation", "valid.txt"), ("test", "test.txt")):
         candidates = [folder / name, folder / (name + ".gz")]
         found = [path for path in candidates if path.is_file()]
         if not found:
             raise InputNotFoundError(f"{folder}: missing the {split} split ({name} or {name}.gz)")
-        splits[split] = read_lines(found[0])
-    return splits
+        files[split] = found[0]
+    return files
 
 
-def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> datasets.Dataset:
+def split_name(data_dir: str, dataset_config: str | None, split: str) -> str:
+    """How a message names a split of `wikitext_splits(data_dir, dataset_config)`: its file, or the Hub dataset's."""
+    if Path(data_dir).exists():
+        return f"{_split_files(Path(data_dir))[split]} (the {split} split)"
+    return f"the {split} split of Hub dataset {data_dir}" + (f" ({dataset_config})" if dataset_config else "")
+
+
+def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None, name: str = "the text") -> datasets.Dataset:
     """The non-empty lines, tokenized and cut into blocks of `block_size` tokens, each between the tokenizer's
-    sequence start and end tokens ([CLS]/[SEP], <s>/</s>)."""
+    sequence start and end tokens ([CLS]/[SEP], <s>/</s>). Text too short for one block raises InputError naming it
+    (`name`): the Trainer could neither train nor evaluate on no block."""
     lines = [line.strip() for line in lines if line.strip()]
     body = block_size - 2
     needed = None if limit is None else limit * body
@@ -75,6 +88,11 @@ def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None) -> d
         )
         if needed is not None and len(ids) >= needed:
             break
+    if len(ids) < body:
+        raise InputError(
+            f"{name}: {len(ids)} tokens, fewer than one block of block_size {block_size} needs ({body} and the two "
+            "special tokens). Give it more text or set a smaller block_size"
+        )
     chunks = [ids[start : start + body] for start in range(0, len(ids) - body + 1, body)]
     chunks = chunks[:limit] if limit is not None else chunks
     first, last = tokenizer.cls_token_id, tokenizer.sep_token_id
@@ -119,9 +137,17 @@ def mlm(config: MlmConfig) -> dict:
     model_path = resolve_model(config.model)
     tokenizer = load_tokenizer(find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
-    train = blocks(splits["train"], tokenizer, config.block_size, config.max_train_blocks)
-    validation = blocks(splits["validation"], tokenizer, config.block_size, config.max_eval_blocks)
-    test = blocks(splits["test"], tokenizer, config.block_size, config.max_eval_blocks)
+    limits = {"train": config.max_train_blocks, "validation": config.max_eval_blocks, "test": config.max_eval_blocks}
+    train, validation, test = (
+        blocks(
+            lines,
+            tokenizer,
+            config.block_size,
+            limits[split],
+            split_name(config.data_dir, config.dataset_config, split),
+        )
+        for split, lines in splits.items()
+    )
     writes = writes_run_folder()
     with runs.hold_run_folder(output_dir, "mlm", writes=writes), runs.naming_full_disk(output_dir):
         if writes:

@@ -10,7 +10,7 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
-from ..data.corpus import DatasetSource, document_dataset, packed_samples, streamed_samples
+from ..data.corpus import DatasetSource, document_dataset, naming_damaged_files, packed_samples, streamed_samples
 from ..data.preparation import TAB_MARK
 from ..data.pretraining import SpanMaskingCollator, first_fit_rows, schedule_batches
 from ..data.text import corpus_files
@@ -78,13 +78,20 @@ class BatchRows(torch.utils.data.Dataset):
 class StreamedRows(torch.utils.data.IterableDataset):
     """The rows of a streamed corpus: consecutive samples of the shuffled stream form each global batch of
     `batch_size`, cut into `parts` micro-batch rows in the order `split_batches` uses; `num_steps` batches in all
-    (the stream starts over when it ends)."""
+    (the stream starts over when it ends). `sources`: the `DatasetSource`s streamed, for naming a damaged data file
+    (`naming_damaged_files`)."""
 
-    def __init__(self, samples: datasets.IterableDataset, batch_size: int, parts: int, num_steps: int, max_length):
+    def __init__(
+        self, samples: datasets.IterableDataset, batch_size: int, parts: int, num_steps: int, max_length, sources=()
+    ):
         self.samples, self.batch_size, self.parts, self.num_steps = samples, batch_size, parts, num_steps
-        self.max_length = max_length
+        self.max_length, self.sources = max_length, list(sources)
 
     def __iter__(self):
+        with naming_damaged_files(self.sources):
+            yield from self._rows()
+
+    def _rows(self):
         batches, batch, epoch = 0, [], 0
         while batches < self.num_steps:
             self.samples.set_epoch(epoch)
@@ -171,9 +178,16 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
 def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
     # The MLM head runs on the masked positions only while pretraining (the saved model returns B x T x V logits).
     if config.init_from is not None:
+        saved = ElcBertConfig.from_pretrained(config.init_from)
         model, info = load_pretrained(ElcBertForMaskedLM, config.init_from, sparse_prediction=True, **config.model)
         # model: keys that change the architecture (depth, width, layer_combination) leave weights unloaded.
-        hint = "init_from continues that model as it is: leave the model: keys that change its architecture unset."
+        changed = [
+            f"model.{key}: {getattr(saved, key)} in init_from's config, {value} here"
+            for key, value in config.model.items()
+            if getattr(saved, key, value) != value
+        ]
+        hint = "init_from continues that model as it is: leave the model: keys that change its architecture unset"
+        hint += f" ({'; '.join(changed)})" if changed else ""
         check_weights_loaded(f"init_from {config.init_from}", model, info, hint)
         if len(tokenizer) > model.config.vocab_size:
             raise InputError(
@@ -348,7 +362,7 @@ def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
         ]
         stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
         stream = stream.shuffle(seed=config.seed, buffer_size=config.shuffle_buffer)
-        rows = StreamedRows(stream, config.batch_size, parts, config.max_steps, config.seq_length)
+        rows = StreamedRows(stream, config.batch_size, parts, config.max_steps, config.seq_length, sources)
         return rows, None, None, None
     rows, step_tokens, step_words, padded = [], [], [], 0
     for phase, ((samples, size, steps), (max_length, _, _)) in enumerate(zip(phases, _phases(config))):
