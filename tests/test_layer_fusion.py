@@ -440,6 +440,20 @@ def test_heads_compute_their_loss_with_the_library_loss_function(model_class, lo
     assert model(input_ids, attention_mask=attention_mask, labels=labels).loss.item() == 7.0
 
 
+@pytest.mark.parametrize(
+    "model_class",
+    [LayerFusionModel, LayerFusionForTokenClassification, LayerFusionForSequenceClassification, LayerFusionForMaskedLM],
+)
+def test_get_base_model_is_the_wrapped_encoder(model_class):
+    """As PEFT's wrappers, every fusion model hands back the encoder it wraps: the backbone, not the fusion model."""
+    model = fusion_model(model_class, fusion="dwatt", num_labels=3)
+    base = model.get_base_model()
+    assert base is model.base_model.backbone and type(base).__name__ == "BertModel"
+    input_ids, attention_mask = make_batch(LENGTHS)
+    states = base(input_ids, attention_mask=attention_mask).last_hidden_state
+    assert states.shape == (*input_ids.shape, base.config.hidden_size)
+
+
 def test_sequence_classification_runs():
     model = fusion_model(LayerFusionForSequenceClassification, fusion="dwatt", num_labels=3)
     input_ids, attention_mask = make_batch(LENGTHS)

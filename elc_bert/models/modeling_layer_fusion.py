@@ -185,6 +185,11 @@ class LayerFusionPreTrainedModel(PreTrainedModel):
     # The Auto class whose `from_pretrained` loads what `from_backbone` wraps.
     _backbone_auto_class = AutoModel
 
+    def get_base_model(self) -> PreTrainedModel:
+        """The encoder this model wraps (`backbone`), as PEFT's `get_base_model` returns the model it wraps: what
+        `from_backbone` loaded, without the fusion module and head."""
+        return self.base_model.backbone
+
     @torch.no_grad()
     def _init_weights(self, module):
         # Fusion modules, extra layers and heads start like the backbone's own modules of the same kind.
