@@ -18,7 +18,7 @@ from ..models.errors import InputError
 from .preparation import original_words, preparation_code, prepared_lines, recorded_words, segmented
 from .pretraining import PACKINGS, span_coverage
 from .sources import DatasetSource
-from .text import corpus_files, documents_of_lines, file_documents, numbered_lines, read_lines, read_text
+from .text import corpus_files, documents_of_lines, numbered_lines, read_lines, read_text
 
 with needs("data", "the pretraining corpus (elc_bert.data.corpus)"):
     import datasets
@@ -204,9 +204,11 @@ def _gzip_whole(path) -> bool:
 def _documents_of_files(files: list[str], prepare: bool = False):
     """Yields the documents of each file as rows (prepared first with `prepare`); a file without text adds none."""
     for path in files:
-        documents = list(documents_of_lines(prepared_lines(path)) if prepare else file_documents(path))
+        # the file is read once: its lines give both its documents and its words
+        lines = [line for _, line in numbered_lines(path)] if prepare else read_lines(path)
+        documents = list(documents_of_lines(prepared_lines(path, lines) if prepare else lines))
         words = None if prepare else recorded_words(path)  # a file that prepare-corpus wrote: its source's words
-        words = original_words(path) if words is None else words
+        words = original_words(lines) if words is None else words
         for document, share in zip(documents, _shares(words, [_whitespace_words(d) for d in documents])):
             yield {"sentences": document, "words": share}
 
@@ -319,7 +321,6 @@ _CODE = Hasher.hash(
             read_text,
             numbered_lines,
             read_lines,
-            file_documents,
             documents_of_lines,
             original_words,
             _documents_of_files,

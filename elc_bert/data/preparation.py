@@ -428,9 +428,10 @@ def prepared_lines(path: str | Path, lines: Iterable[str] | None = None) -> Iter
     return segmented(source.clean(lines) if source else lines)
 
 
-def original_words(path: str | Path) -> int:
-    """The words of a corpus file as the BabyLM rules count them: whitespace-separated, in the text as released."""
-    return sum(len(line.split()) for _, line in numbered_lines(path))
+def original_words(lines: Iterable[str]) -> int:
+    """The words of a text (its lines as read from the file) as the BabyLM rules count them: whitespace-separated,
+    in the text as released."""
+    return sum(len(line.split()) for line in lines)
 
 
 def preparation_code() -> list:
@@ -572,7 +573,7 @@ def _prepare_file(path: Path, out_dir: Path, name: str, progress: bool) -> Prepa
         output=name,
         source=source.name if source else None,
         lines=len(numbered),
-        words=sum(len(line.split()) for _, line in numbered),
+        words=original_words(line for _, line in numbered),
         sentences=sentences,
         paragraphs=paragraphs,
         documents=documents,
