@@ -114,7 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     babylm_parser = commands.add_parser(
         "eval-babylm", help="the BabyLM 2025 zero-shot tasks, scored as the official pipeline scores them"
     )
-    babylm_parser.add_argument("model", help="a model folder or Hub name; with --all-checkpoints a pretraining run")
+    babylm_parser.add_argument(
+        "model",
+        help="a model folder or Hub name; with --all-checkpoints a pretraining run; with --revision or "
+        "--all-revisions a Hub repository (USER/NAME)",
+    )
     babylm_parser.add_argument(
         "--data",
         required=True,
@@ -122,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
         "folders, or a Hub dataset id holding either",
     )
     babylm_parser.add_argument(
-        "--tasks", nargs="+", help="blimp supplement ewok entity_tracking wug_adj wug_past comps (default: all)"
+        "--tasks", nargs="+", help="blimp supplement ewok entity_tracking wug_adj wug_past comps reading (default: all)"
     )
     babylm_parser.add_argument(
         "--task-dir", action="append", default=[], metavar="TASK=DIR", help="a task's folder, where --data has none"
@@ -131,14 +135,42 @@ def build_parser() -> argparse.ArgumentParser:
         "--pll", default="original", choices=("original", "within_word_l2r"), help="the masked LMs' PLL variant"
     )
     babylm_parser.add_argument("--temperature", type=float, default=1.0, help="divides the logits (default 1)")
-    babylm_parser.add_argument(
-        "--all-checkpoints", action="store_true", help="every checkpoint-N, words-* and final model of the run"
+    which_models = babylm_parser.add_mutually_exclusive_group()
+    which_models.add_argument(
+        "--all-checkpoints",
+        action="store_true",
+        help="every checkpoint-N, words-* (named chck_1M ... as BabyLM revisions) and final model of the run",
+    )
+    which_models.add_argument(
+        "--revision", help="a branch of the Hub repository: a BabyLM 2025 revision (chck_1M ... chck_1000M) or main"
+    )
+    which_models.add_argument(
+        "--all-revisions",
+        action="store_true",
+        help="every BabyLM 2025 revision (chck_1M, ...) of the Hub repository, in words order, and main",
     )
     babylm_parser.add_argument("--out", help="output folder (default: outputs/eval-babylm/<model name>)")
     babylm_parser.add_argument(
         "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
     )
     babylm_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
+    collate_parser = commands.add_parser(
+        "collate", help="the BabyLM 2025 submission file from a results tree, as the pipeline's collate_preds.py"
+    )
+    collate_parser.add_argument("model", help="the model's name in the results tree (of a path or Hub name, its stem)")
+    collate_parser.add_argument(
+        "--results", required=True, help="the folder holding MODEL/<revision>/ (eval-babylm's --out, or results/)"
+    )
+    collate_parser.add_argument("--track", required=True, help="strict-small, strict or interaction")
+    collate_parser.add_argument(
+        "--data", required=True, help="the fast evaluation data: evaluation_data/ (with fast_eval/) or fast_eval/"
+    )
+    collate_parser.add_argument("--backend", help="mlm, causal, mntp, ... (default: the one in the results)")
+    collate_parser.add_argument("--revision", default="main", help="the final model's revision (default main)")
+    collate_parser.add_argument("--up-to", help="the last checkpoint revision of a run that stopped early (chck_20M)")
+    collate_parser.add_argument(
+        "--out", help="the file to write (default: RESULTS/MODEL/all_full_preds_and_fast_scores_BACKEND.json)"
+    )
     export_parser = commands.add_parser("export", help="a Hub-ready folder: remote code, safetensors, model card")
     export_parser.add_argument("source", help="a run directory (pretrain, mlm) or a saved model folder")
     export_parser.add_argument("out_dir", help="the folder to write")
@@ -156,10 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ENCODER",
         help="a sentence-transformers folder or Hub name whose pooling (and Normalize) to use; implies --sentence",
     )
-    push_parser = commands.add_parser("push", help="upload an exported folder to the Hugging Face Hub")
-    push_parser.add_argument("folder", help="a folder written by `elc-bert export`")
+    push_parser = commands.add_parser("push", help="upload an exported folder (or a run's revisions) to the Hub")
+    push_parser.add_argument("folder", help="a folder written by `elc-bert export`; with --revisions a pretraining run")
     push_parser.add_argument("--repo-id", required=True, help="USER/NAME")
     push_parser.add_argument("--private", action="store_true", help="create the repo private")
+    push_parser.add_argument(
+        "--revisions",
+        action="store_true",
+        help="export and push each words-seen checkpoint of the run as a branch named by the BabyLM 2025 rules "
+        "(words-1M -> chck_1M) and the final model to main; what a branch already holds is not pushed again",
+    )
     convert_parser = commands.add_parser("convert", help="a published ltgbert checkpoint folder to this package")
     convert_parser.add_argument("source", help="folder of a reference checkpoint (model_type ltgbert)")
     convert_parser.add_argument("out_dir", help="the folder to write")

@@ -125,6 +125,8 @@ def eval_babylm(args, out) -> None:
         pll=args.pll,
         temperature=args.temperature,
         all_checkpoints=args.all_checkpoints,
+        revision=args.revision,
+        all_revisions=args.all_revisions,
         task_dirs=task_dirs,
         device=args.device,
         **options,
@@ -188,6 +190,11 @@ def run(args, out=None):
         eval_blimp(args, out)
     elif args.command == "eval-babylm":
         eval_babylm(args, out)
+    elif args.command == "collate":
+        from .evaluation.collate import collate
+
+        options = dict(data=args.data, backend=args.backend, revision=args.revision, up_to=args.up_to)
+        print(collate(args.results, args.model, args.track, args.out, **options), file=out)
     elif args.command == "analyze":
         from .analysis.interventions import STRATEGIES
         from .analysis.report import REPORT_MD, analyze, load_sentences
@@ -217,9 +224,13 @@ def run(args, out=None):
             file=out,
         )
     elif args.command == "push":
-        from .hub.push import push
+        from .hub.push import push, push_revisions
 
-        print(push(args.folder, args.repo_id, private=args.private), file=out)
+        if args.revisions:
+            for revision, url in push_revisions(args.folder, args.repo_id, private=args.private).items():
+                print(f"{revision}: {url or 'unchanged'}", file=out)
+        else:
+            print(push(args.folder, args.repo_id, private=args.private), file=out)
     elif args.command == "convert":
         from .hub.convert import convert
 

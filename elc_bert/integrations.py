@@ -87,7 +87,7 @@ def lora_config(
     save = []
     if isinstance(model, LayerFusionPreTrainedModel):
         encoder = model.base_model.backbone
-        if hasattr(model.base_model, "fusion"):
+        if list(model.base_model.fusion.parameters()):  # Last and Average have none
             save.append(f"{model.base_model_prefix}.fusion")
     if target_modules is None:
         if isinstance(encoder, ElcBertPreTrainedModel):

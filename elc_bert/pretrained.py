@@ -1,6 +1,7 @@
 """Loading a model by name: what a model name stands for (a folder, a run, a Hub id or an alias of a model shipped on
-PyPI), where its tokenizer is, which kind of language model it is, and `load_model`, which loads it with its tokenizer
-and refuses weights that did not load (`models.loading` checks them).
+PyPI; a Hub repository's BabyLM revisions, `hub_revisions`), where its tokenizer is, which kind of language model it
+is, and `load_model`, which loads it with its tokenizer and refuses weights that did not load (`models.loading` checks
+them).
 """
 
 import importlib
@@ -19,7 +20,7 @@ from .models.loading import (  # noqa: F401  (is_hub_id: the one rule, read here
     load_pretrained,
     unloaded_weights,
 )
-from .runs.layout import CHECKPOINT_PREFIX, TOKENIZER, TOKENIZER_FILES, WORDS_CHECKPOINT
+from .runs.layout import CHECKPOINT_PREFIX, REVISION_WORDS, TOKENIZER, TOKENIZER_FILES, WORDS_CHECKPOINT
 
 logger = logging.getLogger(__name__)
 
@@ -136,8 +137,16 @@ def is_causal_lm(model) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------------ loading
-def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = False, allow_unloaded_weights=False):
-    """(model in eval mode, tokenizer, kind) for a local folder or a Hub name.
+def load_model(
+    name_or_path: str,
+    kind: str | None = None,
+    *,
+    lm_head: bool = False,
+    allow_unloaded_weights=False,
+    revision: str | None = None,
+):
+    """(model in eval mode, tokenizer, kind) for a local folder or a Hub name (at `revision`, a branch or commit of the
+    Hub repository, when given: model, config and tokenizer from that one revision).
 
     kind "masked" or "causal" loads that kind of LM (`AutoModelForMaskedLM`, `AutoModelForCausalLM`); None lets the
     config decide (`language_model_kind` of its `architectures`): the LM it names, else a masked LM when `lm_head`
@@ -155,17 +164,41 @@ def load_model(name_or_path: str, kind: str | None = None, *, lm_head: bool = Fa
     if kind is not None and kind not in KINDS:
         raise InputError(f"kind must be one of {KINDS} or None, got {kind!r}")
     name_or_path = resolve_model(str(name_or_path))
+    at = {}
+    if revision is not None:
+        if Path(name_or_path).exists():
+            raise InputError(f"{name_or_path} is a local folder: a revision is a branch of a Hub repository")
+        at = {"revision": revision}
     tokenizer_source = find_tokenizer([name_or_path])
     if kind is None:
-        kind = language_model_kind(AutoConfig.from_pretrained(name_or_path)) or ("masked" if lm_head else None)
+        kind = language_model_kind(AutoConfig.from_pretrained(name_or_path, **at)) or ("masked" if lm_head else None)
     auto_class = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM, None: AutoModel}[kind]
-    model, loading_info = load_pretrained(auto_class, name_or_path)
+    model, loading_info = load_pretrained(auto_class, name_or_path, **at)
     if not allow_unloaded_weights:
         hint = "Pass --allow-unloaded-weights (allow_unloaded_weights=True) to use it anyway."
         check_weights_loaded(name_or_path, model, loading_info, hint)
     unloaded = [key for keys in unloaded_weights(loading_info).values() for key in keys]
     if unloaded:
         logger.warning("%s: used although some weights did not load: %s", name_or_path, key_list(unloaded))
-    tokenizer = load_tokenizer(tokenizer_source)
+    tokenizer = load_tokenizer(tokenizer_source, **at)
     check_vocabulary(tokenizer, model, name_or_path)
     return model.eval(), tokenizer, kind
+
+
+# ---------------------------------------------------------------------------------------- revisions of a Hub model
+def hub_revisions(repo_id: str) -> dict[str, str]:
+    """{branch: commit} of the Hub repository `repo_id`'s BabyLM 2025 revisions (`runs.layout.revision_name`:
+    chck_1M, ...) in words order, then main; other branches are left out. InputNotFoundError naming a repository
+    that the Hub does not have (or does not show this token)."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    try:
+        branches = {branch.name: branch.target_commit for branch in HfApi().list_repo_refs(repo_id).branches}
+    except RepositoryNotFoundError:
+        raise InputNotFoundError(f"{repo_id}: no such Hub model repository (or one private to another user)") from None
+    named = sorted((REVISION_WORDS[name], name) for name in branches if name in REVISION_WORDS)
+    revisions = {name: branches[name] for _, name in named}
+    if "main" in branches:
+        revisions["main"] = branches["main"]
+    return revisions

@@ -7,6 +7,7 @@ Masked LMs are scored by pseudo-log-likelihood (Salazar et al., 2020; the ELC-BE
 every non-special token masked in turn, summed, no length normalisation; [CLS]/[SEP] (whatever the tokenizer adds)
 are present in the input but never scored. Causal LMs are scored by their log-likelihood, sum_t log p(w_t | w_<t),
 the first token conditioned on the tokenizer's BOS token when it has one (otherwise the first token is context only).
+A single next token after a context (the BabyLM reading task's word pieces) is scored by `next_token_log_probs`.
 
 Options, as the BabyLM 2025 evaluation and minicons have them: `starts` scores only a completion (the tokens whose
 character span ends after the completion's first character, the official pipeline's rule; the rest of the sentence
@@ -71,10 +72,11 @@ def _restricts_logits(model) -> bool:
 
 
 class _MaskedPositionsOnly:
-    """For other masked LMs: a forward pre-hook on the output projection (`get_output_embeddings()`, a Linear) keeps
-    each row's masked position only, so the vocabulary projection runs on B x 1 x H instead of B x T x H (with a 30k
-    vocabulary it would otherwise cost as much as the encoder) and the logits are B x 1 x V. `fired` tells whether
-    the hook ran on the last call; when it did not (no such Linear), the full B x T x V logits come back."""
+    """For other masked LMs (and for a causal LM's last positions): a forward pre-hook on the output projection
+    (`get_output_embeddings()`, a Linear) keeps each row's selected position only, so the vocabulary projection runs
+    on B x 1 x H instead of B x T x H (with a 30k vocabulary it would otherwise cost as much as the encoder) and the
+    logits are B x 1 x V. `fired` tells whether the hook ran on the last call; when it did not (no such Linear), the
+    full B x T x V logits come back."""
 
     def __init__(self, model):
         get_output, get_input = (
@@ -318,6 +320,46 @@ def token_pseudo_log_likelihoods(
             log_probs = torch.log_softmax(logits.float() / temperature, dim=-1)
             scores = log_probs.gather(1, targets.to(device)[:, None]).squeeze(1)
             totals.index_add_(0, sentence, scores.to("cpu", torch.float64))
+            bar.update(end - start)
+    return totals
+
+
+@torch.inference_mode()
+def next_token_log_probs(
+    model,
+    sequences: Sequence[Sequence[int]],
+    targets: Sequence[int],
+    pad_id: int = 0,
+    batch_tokens: int = DEFAULT_BATCH_TOKENS,
+    progress: bool = True,
+) -> torch.Tensor:
+    """log p(targets[i] | sequences[i]) under a causal LM, float64 on the CPU, one per sequence: the log-softmax (in
+    float32) of the logits at the sequence's last token (each sequence its ids, special tokens included, unpadded and
+    not empty), as the BabyLM reading task scores a word's next token.
+
+    `model(input_ids=B x T, attention_mask=B x T)` must return logits B x T x V (right padding); the vocabulary
+    projection runs on the last positions only where `_MaskedPositionsOnly` can hook it. Sequences are sorted by
+    length and batched under `batch_tokens`, like the other scorers; runs on the model's device."""
+    totals = torch.zeros(len(sequences), dtype=torch.float64)
+    if not sequences:
+        return totals
+    all_ids, lengths = _padded(sequences, pad_id)
+    targets = torch.tensor(list(targets), dtype=torch.long)
+    order = torch.sort(lengths, descending=True, stable=True).indices
+    device = _device_of(model)
+    head = _MaskedPositionsOnly(model)
+    with _EvalMode(model), head, tqdm(total=len(sequences), desc="next token", disable=not progress) as bar:
+        for start, end in _budget_batches(lengths[order], batch_tokens):
+            rows = order[start:end]
+            length = int(lengths[rows[0]])
+            input_ids = all_ids[rows, :length]
+            attention_mask = (torch.arange(length)[None, :] < lengths[rows, None]).long()
+            batch, last = torch.arange(len(rows)).to(device), (lengths[rows] - 1).to(device)
+            head.select(batch, last, tuple(input_ids.shape))
+            logits = _logits(model(input_ids=input_ids.to(device), attention_mask=attention_mask.to(device)))
+            logits = logits[:, 0] if head.fired else logits[batch, last]
+            log_probs = torch.log_softmax(logits.float(), dim=-1)
+            totals[rows] = log_probs.gather(1, targets[rows].to(device)[:, None])[:, 0].to("cpu", torch.float64)
             bar.update(end - start)
     return totals
 

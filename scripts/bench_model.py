@@ -10,8 +10,13 @@ ratios that docs/benchmarks.md records.
 
     python scripts/bench_model.py [--batch 32 --length 128 --steps 3 --rounds 2 --threads 2 --no-compile]
     python scripts/bench_model.py --device cuda --bf16 [--attn-implementation flex_attention]
+    python scripts/bench_model.py --no-compile --batch 16 --baseline-src ../elc-bert-old  # another checkout
 
-On CUDA the table also gives each model's peak memory (`torch.cuda.max_memory_allocated`); `--bf16` runs the steps
+`--baseline-src DIR` adds rows for the ELC-BERT and LTG-BERT of another checkout of this package (its `elc_bert/`,
+imported under another name), so that a change is measured against the code before it in one process.
+
+On CUDA the table also gives each model's peak memory in its steps over what was allocated before them (every
+model's weights and optimizer state: `torch.cuda.max_memory_allocated` less `memory_allocated`); `--bf16` runs the steps
 under bf16 autocast (the activation memory is counted on one fp32 step, without it). FlexAttention has no CPU backward
 in torch 2.13, so `--attn-implementation flex_attention` needs a GPU; it builds our models with
 `attention_probs_dropout_prob=0` (FlexAttention has no attention dropout; in our attention module that also turns off
@@ -21,8 +26,11 @@ FlexAttention's kernel options to every block.
 
 import argparse
 import contextlib
+import importlib.util
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForMaskedLM
@@ -49,7 +57,22 @@ def saved_activation_mib(model, batch) -> float:
     return sum(storages.values()) / 2**20
 
 
-def build(name: str, vocab_size: int, attn_implementation: str):
+def import_baseline(src: str):
+    """The `elc_bert` package of the checkout at `src`, imported as `elc_bert_baseline` (its modules import each other
+    relatively, so none of this checkout's code runs in it)."""
+    folder = Path(src) / "elc_bert"
+    spec = importlib.util.spec_from_file_location(
+        "elc_bert_baseline", folder / "__init__.py", submodule_search_locations=[str(folder)]
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["elc_bert_baseline"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build(name: str, vocab_size: int, attn_implementation: str, package=None):
+    """BERT, or our ELC-BERT / LTG-BERT by `name` (from `package`, another checkout's `elc_bert`, for names ending
+    in "baseline")."""
     if name == "bert":
         config = BertConfig(
             vocab_size=vocab_size,
@@ -60,7 +83,9 @@ def build(name: str, vocab_size: int, attn_implementation: str):
             attn_implementation="sdpa",
         )
         return BertForMaskedLM(config)
-    config = ElcBertConfig.from_preset(
+    package = package if name.endswith("baseline") else None
+    config_class = package.ElcBertConfig if package else ElcBertConfig
+    config = config_class.from_preset(
         "strict-small",
         layer_combination="elc" if name.startswith("elc-bert") else "residual",
         sparse_prediction=True,
@@ -68,7 +93,7 @@ def build(name: str, vocab_size: int, attn_implementation: str):
         # FlexAttention has no attention dropout (the model refuses to train with it)
         **({"attention_probs_dropout_prob": 0.0} if attn_implementation == "flex_attention" else {}),
     )
-    return ElcBertForMaskedLM(config)
+    return (package.ElcBertForMaskedLM if package else ElcBertForMaskedLM)(config)
 
 
 def time_steps(model, optimizer, batches, device, bf16: bool = False, kernel_options=None) -> float:
@@ -112,6 +137,7 @@ def main():
         type=json.loads,
         help="FlexAttention's kernel options for our models, as JSON (e.g. '{\"num_stages\": 1}')",
     )
+    parser.add_argument("--baseline-src", help="another checkout of this repository, timed beside this one")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -131,9 +157,13 @@ def main():
         batches.append({key: value.to(device) for key, value in batch.items()})
 
     names = ["bert", "ltg-bert", "elc-bert"] + ([] if args.no_compile else ["ltg-bert compiled", "elc-bert compiled"])
-    models = {name: build(name, vocab_size, args.attn_implementation).to(device).train() for name in names}
+    baseline = import_baseline(args.baseline_src) if args.baseline_src else None
+    if baseline:
+        names += ["ltg-bert baseline", "elc-bert baseline"]
+        names += [] if args.no_compile else ["ltg-bert compiled baseline", "elc-bert compiled baseline"]
+    models = {name: build(name, vocab_size, args.attn_implementation, baseline).to(device).train() for name in names}
     optimizers = {name: torch.optim.AdamW(model.parameters(), lr=1e-4) for name, model in models.items()}
-    steppers = {name: torch.compile(model) if name.endswith("compiled") else model for name, model in models.items()}
+    steppers = {name: torch.compile(model) if "compiled" in name else model for name, model in models.items()}
     speeds = {name: [] for name in models}
     warmup, peaks = {}, {}
     # Rounds interleave the models so that none gains from running later (warm caches) or loses from running first;
@@ -142,6 +172,7 @@ def main():
         for name, model in steppers.items():
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats()
+                resident = torch.cuda.memory_allocated()  # every model's weights and optimizer state
             start = time.perf_counter()
             options = None if name == "bert" else args.kernel_options
             speed = time_steps(model, optimizers[name], batches, device, args.bf16, options)
@@ -150,9 +181,10 @@ def main():
             else:
                 speeds[name].append(speed)
                 if device.type == "cuda":
-                    peaks[name] = max(peaks.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
+                    peak = (torch.cuda.max_memory_allocated() - resident) / 2**20
+                    peaks[name] = max(peaks.get(name, 0.0), peak)
     results = {
-        name: (max(speeds[name]), None if name.endswith("compiled") else saved_activation_mib(model, batches[0]))
+        name: (max(speeds[name]), None if "compiled" in name else saved_activation_mib(model, batches[0]))
         for name, model in models.items()
     }
 
@@ -163,7 +195,7 @@ def main():
         + (", no attention dropout" if args.attn_implementation == "flex_attention" else "")
         + (f", kernel options {json.dumps(args.kernel_options)}" if args.kernel_options else "")
     )
-    print("| model | tokens/s | activation memory (MiB) | peak memory (MiB, CUDA) | warm-up round (s) |")
+    print("| model | tokens/s | activation memory (MiB) | step's peak memory (MiB, CUDA) | warm-up round (s) |")
     print("|---|---|---|---|---|")
     for name, (speed, memory) in results.items():
         memory = "" if memory is None else f"{memory:,.0f}"
@@ -171,12 +203,19 @@ def main():
         print(f"| {name} | {speed:,.0f} | {memory} | {peak} | {warmup[name]:.1f} |")
     print()
     ratio = results["elc-bert"][0] / results["bert"][0]
-    print(f"ELC-BERT / BERT tokens/s: {ratio:.2f}x (target >= 1.15x)")
+    print(f"ELC-BERT / BERT tokens/s: {ratio:.2f}x")
     print(f"ELC-BERT / BERT activation memory: {results['elc-bert'][1] / results['bert'][1]:.2f}x")
-    print(f"ELC-BERT / LTG-BERT tokens/s: {results['elc-bert'][0] / results['ltg-bert'][0]:.3f} (target >= 0.95)")
+    if peaks:
+        print(f"ELC-BERT / BERT step's peak memory: {peaks['elc-bert'] / peaks['bert']:.2f}x")
+    print(f"ELC-BERT / LTG-BERT tokens/s: {results['elc-bert'][0] / results['ltg-bert'][0]:.3f}")
+    if baseline:
+        for name in names:
+            if name + " baseline" in results:
+                print(f"{name} / its baseline tokens/s: {results[name][0] / results[name + ' baseline'][0]:.3f}x")
     if not args.no_compile:
         compiled = results["elc-bert compiled"][0] / results["elc-bert"][0]
-        print(f"ELC-BERT compiled / eager tokens/s: {compiled:.2f}x (target >= 1.15x)")
+        print(f"ELC-BERT compiled / eager tokens/s: {compiled:.2f}x")
+        print(f"ELC-BERT compiled / BERT eager tokens/s: {results['elc-bert compiled'][0] / results['bert'][0]:.2f}x")
         print(
             "ELC-BERT / LTG-BERT tokens/s, both compiled: "
             f"{results['elc-bert compiled'][0] / results['ltg-bert compiled'][0]:.3f}"

@@ -7,8 +7,10 @@ Numerics are always checked against the naive implementation in `reference_impl.
 against the package itself.
 """
 
+import csv
 import json
 import os
+import random
 import re
 from pathlib import Path
 
@@ -527,3 +529,39 @@ def python_blocks(path: Path) -> list[tuple[int, str, bool]]:
         if line.strip():
             before = line
     return blocks
+
+
+# The BabyLM reading task's data (test_reading.py, test_babylm.py): the staged reading_data.csv's columns.
+READING_MEASURES = ["RTfirstfix", "RTfirstpass", "RTgopast", "RTrightbound", "self_paced_reading_time", "ELAN",
+                    "LAN", "N400", "P600", "EPNP", "PNP"]  # fmt: skip
+READING_HEADER = ["", "item", "word", "word2", "sentence", "context_length", "sent_id", "item_id", "list",
+                  "Subtlex_log10", "length", *READING_MEASURES, "prev_word", "prev_item", "prev_length"]  # fmt: skip
+
+
+def write_reading_csv(path: Path, sentences: int = 9, seed: int = 0) -> Path:
+    """A reading_data.csv with the staged file's columns: a row per word after the first of each of `sentences`
+    sentences of the sample text (the row after a sentence's first word has no previous word), random measures, one
+    unknown frequency and one empty item (which the pipeline reads as "None")."""
+    rng = random.Random(seed)
+    lines = [
+        line.split() for line in WIKITEXT_SAMPLE.read_text(encoding="utf-8").splitlines() if 8 <= len(line.split())
+    ]
+    rows = []
+    for sentence_id, words in enumerate(lines[:sentences]):
+        words = words[:7]
+        for i in range(1, len(words)):
+            first = i == 1
+            numbers = [rng.uniform(50, 400) for _ in range(5)] + [rng.gauss(0, 1) for _ in range(6)]
+            rows.append(
+                [len(rows), " ".join(words[:i]), words[i], words[i].upper(), " ".join(words), i, sentence_id, len(rows),
+                 1, rng.uniform(5, 15), len(words[i]), *numbers, "" if first else words[i - 1],
+                 "" if first else " ".join(words[: i - 1]), -1 if first else len(words[i - 1])]
+            )  # fmt: skip
+    rows[3][READING_HEADER.index("Subtlex_log10")] = ""
+    rows[5][READING_HEADER.index("item")] = ""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(READING_HEADER)
+        writer.writerows(rows)
+    return path

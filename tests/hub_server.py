@@ -6,10 +6,15 @@ back through `HF_ENDPOINT`:
 - POST /api/repos/create                                  (409 when the repo exists, as the Hub does)
 - POST /api/validate-yaml                                 (the README's YAML front matter must parse to a mapping)
 - POST /api/models/{repo_id}/preupload/{revision}         (every file "regular": its bytes go in the commit)
-- POST /api/models/{repo_id}/commit/{revision}            (NDJSON: header + base64 "file" lines; no LFS, no Xet)
+- POST /api/models/{repo_id}/commit/{revision}            (NDJSON: header + base64 "file" and "deletedFile" lines; no
+                                                           LFS, no Xet)
+- POST /api/models/{repo_id}/branch/{branch}              (a new branch at main's head; 409 when it exists)
+- GET /api/models/{repo_id}/refs                          (the branches and their commits)
 - HEAD/GET /{repo_id}/resolve/{revision}/{path}           (X-Repo-Commit, ETag, Content-Length; X-Error-Code on 404)
 - GET /api/models/{repo_id}[/revision/{revision}]         (model info with siblings)
 - GET /api/models/{repo_id}/tree/{revision}               (file listing)
+
+A revision is a branch name or the sha of any commit (each commit keeps its files); a repo starts with an empty main.
 
 Writes need `Authorization: Bearer <token>` with the server's token; a private repo is invisible without it.
 
@@ -18,6 +23,7 @@ script in a fresh process in which `elc_bert` cannot be imported, `LOAD_AND_COMP
 """
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
@@ -36,7 +42,9 @@ import yaml
 class HubState:
     def __init__(self, token: str):
         self.token = token
-        self.repos: dict[str, dict] = {}  # repo_id -> {"private", "sha", "files": {path: bytes}, "commits": [...]}
+        # repo_id -> {"private", "branches": {name: {"sha", "files": {path: bytes}}}, "commits": [{"sha", "branch",
+        # "summary", "files"}]}
+        self.repos: dict[str, dict] = {}
         self.unhandled: list[str] = []  # requests this server does not know (for debugging a failing test)
         self.lock = threading.Lock()
 
@@ -82,6 +90,12 @@ class HubHandler(BaseHTTPRequestHandler):
             return None
         return repo
 
+    def _at(self, repo: dict, revision: str) -> dict | None:
+        """{"sha", "files"} of a branch, or of the commit whose sha `revision` is; None when neither."""
+        if revision in repo["branches"]:
+            return repo["branches"][revision]
+        return next((commit for commit in repo["commits"] if commit["sha"] == revision), None)
+
     def _unhandled(self):
         self.state.unhandled.append(f"{self.command} {self.path}")
         self._error(404, "NotFound", f"test hub server: no route for {self.command} {self.path}")
@@ -100,7 +114,8 @@ class HubHandler(BaseHTTPRequestHandler):
                 if repo_id in self.state.repos:
                     return self._json(409, {"error": "You already created this model repo", "url": url})
                 private = request.get("visibility") == "private" or bool(request.get("private"))
-                self.state.repos[repo_id] = {"private": private, "sha": "0" * 40, "files": {}, "commits": []}
+                main = {"sha": "0" * 40, "files": {}}
+                self.state.repos[repo_id] = {"private": private, "branches": {"main": main}, "commits": []}
             return self._json(200, {"url": url, "name": repo_id})
         if path == "/api/validate-yaml":
             content = json.loads(body)["content"]
@@ -112,13 +127,23 @@ class HubHandler(BaseHTTPRequestHandler):
             if not isinstance(metadata, dict):
                 return self._json(400, {"errors": [{"message": "no YAML metadata block"}]})
             return self._json(200, {"errors": [], "warnings": []})
-        match = re.fullmatch(r"/api/models/(.+)/(preupload|commit)/([^/]+)", path)
+        match = re.fullmatch(r"/api/models/(.+)/(preupload|commit|branch)/([^/]+)", path)
         if match is None:
             return self._unhandled()
-        repo_id, action, _revision = match.groups()
+        repo_id, action, revision = match.groups()
         repo = self._repo(repo_id)
         if repo is None:
             return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+        if action == "branch":
+            with self.state.lock:
+                if revision in repo["branches"]:
+                    return self._error(409, "Conflict", f"Reference refs/heads/{revision} already exists")
+                main = repo["branches"]["main"]
+                repo["branches"][revision] = {"sha": main["sha"], "files": dict(main["files"])}
+            return self._json(200, {})
+        branch = repo["branches"].get(revision)
+        if branch is None:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         if action == "preupload":
             files = json.loads(body)["files"]
             return self._json(
@@ -126,58 +151,67 @@ class HubHandler(BaseHTTPRequestHandler):
                 {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]},
             )
         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-        added = {}
+        added, deleted = {}, []
         for line in lines:
             if line["key"] == "file":
                 value = line["value"]
                 added[value["path"]] = base64.b64decode(value["content"])
+            elif line["key"] == "deletedFile":
+                deleted.append(line["value"]["path"])
             elif line["key"] != "header":
                 return self._json(400, {"error": f"test hub server: unsupported commit operation {line['key']}"})
         with self.state.lock:
-            repo["files"].update(added)
-            repo["sha"] = hashlib.sha1(repo["sha"].encode() + body).hexdigest()
-            repo["commits"].append({"sha": repo["sha"], "summary": lines[0]["value"].get("summary")})
-        url = f"http://{self.headers['Host']}/{repo_id}/commit/{repo['sha']}"
-        return self._json(200, {"commitUrl": url, "commitOid": repo["sha"], "pullRequestUrl": None})
+            for name in deleted:
+                branch["files"].pop(name, None)
+            branch["files"].update(added)
+            branch["sha"] = hashlib.sha1(branch["sha"].encode() + body).hexdigest()
+            summary = lines[0]["value"].get("summary")
+            commit = {"sha": branch["sha"], "branch": revision, "summary": summary, "files": dict(branch["files"])}
+            repo["commits"].append(commit)
+        url = f"http://{self.headers['Host']}/{repo_id}/commit/{branch['sha']}"
+        return self._json(200, {"commitUrl": url, "commitOid": branch["sha"], "pullRequestUrl": None})
 
     def do_HEAD(self):
         self.do_GET()
 
     def do_GET(self):
         path = unquote(urlparse(self.path).path)
+        refs = re.fullmatch(r"/api/models/(.+)/refs", path)
         match = re.fullmatch(r"/api/models/(.+?)(?:/revision/([^/]+))?", path)
         tree = re.fullmatch(r"/api/models/(.+)/tree/([^/]+)(?:/.*)?", path)
         resolve = re.fullmatch(r"/(.+?/[^/]+)/resolve/([^/]+)/(.+)", path)
+        repo_id = next((m.group(1) for m in (refs, tree, match, resolve) if m is not None), None)
+        if repo_id is None:
+            return self._unhandled()
+        repo = self._repo(repo_id)
+        if repo is None:
+            return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+        if refs is not None:
+            branches = [
+                {"name": name, "ref": f"refs/heads/{name}", "targetCommit": branch["sha"]}
+                for name, branch in repo["branches"].items()
+            ]
+            return self._json(200, {"branches": branches, "converts": [], "tags": []})
+        revision = (tree or resolve).group(2) if (tree or resolve) else (match.group(2) or "main")
+        at = self._at(repo, revision)
+        if at is None:
+            return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         if tree is not None:
-            repo = self._repo(tree.group(1))
-            if repo is None:
-                return self._error(404, "RepoNotFound", f"Repository {tree.group(1)} not found")
             entries = [
                 {"type": "file", "path": name, "size": len(data), "oid": _git_blob_sha(data)}
-                for name, data in sorted(repo["files"].items())
+                for name, data in sorted(at["files"].items())
             ]
             return self._json(200, entries)
-        if match is not None and "/tree/" not in path:
-            repo_id = match.group(1)
-            repo = self._repo(repo_id)
-            if repo is None:
-                return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
-            siblings = [{"rfilename": name} for name in sorted(repo["files"])]
-            return self._json(
-                200, {"id": repo_id, "sha": repo["sha"], "private": repo["private"], "siblings": siblings}
-            )
-        if resolve is not None:
-            repo_id, _revision, filename = resolve.groups()
-            repo = self._repo(repo_id)
-            if repo is None:
-                return self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
-            if filename not in repo["files"]:
-                headers = {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": repo["sha"]}
-                return self._send(404, b'{"error": "Entry not found"}', headers)
-            data = repo["files"][filename]
-            headers = {"X-Repo-Commit": repo["sha"], "ETag": f'"{_git_blob_sha(data)}"'}
-            return self._send(200, data, headers, content_type="application/octet-stream")
-        return self._unhandled()
+        if resolve is None:
+            siblings = [{"rfilename": name} for name in sorted(at["files"])]
+            return self._json(200, {"id": repo_id, "sha": at["sha"], "private": repo["private"], "siblings": siblings})
+        filename = resolve.group(3)
+        if filename not in at["files"]:
+            headers = {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": at["sha"]}
+            return self._send(404, b'{"error": "Entry not found"}', headers)
+        data = at["files"][filename]
+        headers = {"X-Repo-Commit": at["sha"], "ETag": f'"{_git_blob_sha(data)}"'}
+        return self._send(200, data, headers, content_type="application/octet-stream")
 
 
 def start_hub_server(token: str):
@@ -189,6 +223,31 @@ def start_hub_server(token: str):
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, state, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@contextlib.contextmanager
+def local_hub(patch, cache_dir: Path, token: str = "hf_test_token"):
+    """A server (`start_hub_server`) for the block, with this process's huggingface_hub and transformers pointed at
+    it (`point_hub_client_at`; `patch`: a pytest MonkeyPatch) and downloading into `cache_dir`; yields its state."""
+    import huggingface_hub.constants
+
+    server, state, endpoint = start_hub_server(token)
+    try:
+        point_hub_client_at(patch, endpoint, token)
+        patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache_dir))
+        yield state
+    finally:
+        server.shutdown()
+
+
+def put_branch(state: HubState, repo_id: str, branch: str, files: dict[str, bytes]) -> str:
+    """Makes `branch` of the (public) repo `repo_id` hold `files` in one commit, as if pushed; returns its sha."""
+    with state.lock:
+        repo = state.repos.setdefault(repo_id, {"private": False, "branches": {}, "commits": []})
+        sha = hashlib.sha1(f"{repo_id}@{branch}:{len(repo['commits'])}".encode()).hexdigest()
+        repo["branches"][branch] = {"sha": sha, "files": dict(files)}
+        repo["commits"].append({"sha": sha, "branch": branch, "summary": "put_branch", "files": dict(files)})
+    return sha
 
 
 # Run in a child process before anything else: `import elc_bert` (and any submodule) raises ImportError from there on.
@@ -215,6 +274,11 @@ def point_hub_client_at(patch, endpoint: str, token: str) -> None:
     template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
     patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     patch.setenv("HF_TOKEN", token)
+    # ... and so did its module-level client behind `create_repo`, `upload_folder`, ... (which `push_to_hub` calls)
+    # when huggingface_hub.hf_api was first imported: perhaps under another test's server, gone since.
+    import huggingface_hub.hf_api
+
+    patch.setattr(huggingface_hub.hf_api.api, "endpoint", endpoint)
 
 
 def run_without_package(script: str, env: dict, cwd: Path, timeout=240) -> subprocess.CompletedProcess:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, randomise_elc_logits
+from helpers import TINY, randomise_elc_logits, write_reading_csv
+from hub_server import local_hub, put_branch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
@@ -177,6 +178,28 @@ def made_up_data(root: Path) -> Path:
             {"prefix_acceptable": "A dog", "prefix_unacceptable": "A table", "property_phrase": "can bark."},
         ],
     )
+    for name in ("comps_wugs", "comps_wugs_dist-before", "comps_wugs_dist-in_between"):
+        write_jsonl(
+            full / "comps" / f"{name}.jsonl",
+            [{"prefix_acceptable": "A wug", "prefix_unacceptable": "A dax", "property_phrase": "can swim."}],
+        )
+    return root
+
+
+def made_up_fast_data(root: Path) -> Path:
+    """made_up_data's evaluation_data with a fast_eval/ beside full_eval/ (the fast folders the pipeline's
+    eval_zero_shot_fast.sh reads; the wug tests and the reading task come from full_eval/, as the staged data has
+    them) and a reading_data.csv."""
+    full = made_up_data(root) / "full_eval"
+    fast = root / "fast_eval"
+    for task, name in (("blimp_filtered", "blimp_fast"), ("supplement_filtered", "supplement_fast"),
+                       ("ewok_filtered", "ewok_fast")):  # fmt: skip
+        for path in babylm.task_files(full / task):
+            write_jsonl(fast / name / path.name, [json.loads(line) for line in path.read_text().splitlines()[:1]])
+    regular = (full / "entity_tracking" / "regular.jsonl").read_text()
+    (fast / "entity_tracking_fast").mkdir(parents=True)
+    (fast / "entity_tracking_fast" / "regular.jsonl").write_text(regular)
+    write_reading_csv(full / "reading" / "reading_data.csv")
     return root
 
 
@@ -186,7 +209,7 @@ def naive_task_scores(model, tokenizer, items, causal=False, within_word=False):
     return [[scorer(model, tokenizer, s, c, **options) for s, c in zip(i.sentences, i.completions)] for i in items]
 
 
-@pytest.mark.parametrize("task", list(babylm.TASKS))
+@pytest.mark.parametrize("task", [task for task, spec in babylm.TASKS.items() if spec.metric != "reading"])
 def test_every_task_equals_naive_scores_and_metric(task, tokenizer, mlm, tmp_path):
     data = made_up_data(tmp_path)
     items = read_task(task, babylm.find_task_folder(task, data))
@@ -318,6 +341,67 @@ def test_all_checkpoints_run_writes_official_layout_and_resumes_after_a_kill(run
     assert len(calls) == 1
 
 
+# --------------------------------------------------------------------------------------- revisions of a Hub repository
+MODEL_FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+
+
+def test_all_revisions_score_each_branch_in_words_order_as_its_folder(run_dir, tmp_path, monkeypatch):
+    """--all-revisions reads the branches named as BabyLM revisions, in words order (chck_10M after chck_2M, not
+    before it as in text order), then main, each at its commit, and scores each as its model folder scores."""
+    data = made_up_data(tmp_path / "data")
+    held = {"chck_2M": run_dir / "checkpoint-2", "chck_10M": run_dir / "checkpoint-4", "main": run_dir}
+    with local_hub(monkeypatch, tmp_path / "hf-cache") as state:
+        for branch, folder in {**held, "dev": run_dir / "checkpoint-2"}.items():
+            put_branch(state, "test-user/revs", branch, {name: (folder / name).read_bytes() for name in MODEL_FILES})
+        hub = evaluate_babylm("test-user/revs", data, tmp_path / "hub", ["blimp"], all_revisions=True, progress=False)
+        one = evaluate_babylm("test-user/revs", data, tmp_path / "one", ["blimp"], revision="chck_10M", progress=False)
+    assert list(hub["rows"]) == ["chck_2M", "chck_10M", "main"] and list(one["rows"]) == ["chck_10M"]
+    for revision, folder in held.items():
+        local = evaluate_babylm(folder, data, tmp_path / revision, ["blimp"], progress=False)["rows"]["main"]["blimp"]
+        assert hub["rows"][revision]["blimp"] == pytest.approx(local, abs=1e-9)
+    assert one["rows"]["chck_10M"]["blimp"] == hub["rows"]["chck_10M"]["blimp"]
+    assert (tmp_path / "hub" / "revs" / "chck_10M" / "zero_shot" / "mlm" / "blimp" / "blimp_filtered").is_dir()
+
+
+def test_revision_names_the_rules_do_not_know_are_refused_before_the_hub_is_asked(run_dir, tmp_path, monkeypatch):
+    from elc_bert.cli import main
+    from elc_bert.runs.layout import TRACK_CHECKPOINT_WORDS, revision_name, revision_words
+
+    assert [revision_name(w) for w in (10**6, 10**7, 2 * 10**7, 10**8, 2 * 10**8, 10**9)] == [
+        "chck_1M", "chck_10M", "chck_20M", "chck_100M", "chck_200M", "chck_1000M"
+    ]  # fmt: skip
+    assert revision_name(15 * 10**6) is None and revision_name(200) is None and revision_words("chck_30M") == 3 * 10**7
+    assert [len(words) for words in TRACK_CHECKPOINT_WORDS.values()] == [19, 28]  # collate_preds.py's revision lists
+    data = made_up_data(tmp_path / "data")
+    monkeypatch.setattr("elc_bert.pretrained.hub_revisions", lambda repo: pytest.fail("the Hub was asked"))
+    monkeypatch.setattr("elc_bert.pretrained.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    for name in ("chck_15M", "chck_1B", "words-1M"):
+        with pytest.raises(InputError, match=f"revision '{name}' is not one the BabyLM 2025 rules name"):
+            evaluate_babylm("test-user/revs", data, tmp_path / "out", ["blimp"], revision=name, progress=False)
+    with pytest.raises(InputError, match="read the branches of a Hub repository"):
+        evaluate_babylm(run_dir, data, tmp_path / "out", ["blimp"], all_revisions=True, progress=False)
+    with pytest.raises(SystemExit) as exit_:  # the parser: one way of choosing the models
+        main(["eval-babylm", str(run_dir), "--data", str(data), "--all-checkpoints", "--revision", "chck_1M"])
+    assert exit_.value.code == 2
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_revision_the_repository_lacks_is_named_with_those_it_has(run_dir, tmp_path, monkeypatch, capsys):
+    from elc_bert.cli import main
+
+    data = made_up_data(tmp_path / "data")
+    files = {name: (run_dir / name).read_bytes() for name in MODEL_FILES}
+    with local_hub(monkeypatch, tmp_path / "hf-cache") as state:
+        put_branch(state, "test-user/revs", "main", files)
+        put_branch(state, "test-user/revs", "chck_1M", files)
+        with pytest.raises(SystemExit) as exit_:
+            main(["eval-babylm", "test-user/revs", "--revision", "chck_2M", "--data", str(data), "--tasks", "blimp"])
+        assert exit_.value.code == 2
+        assert "test-user/revs has no revision chck_2M (its BabyLM revisions: chck_1M, main)" in capsys.readouterr().err
+        with pytest.raises(InputError, match="test-user/nothing: no such Hub model repository"):
+            evaluate_babylm("test-user/nothing", data, tmp_path / "out", ["blimp"], all_revisions=True)
+
+
 @pytest.mark.parametrize(
     "task, record, message",
     [
@@ -368,7 +452,14 @@ def test_the_staged_2025_data_reads_as_the_pipeline_reads_it():
         for task in babylm.TASKS
         if task not in ("blimp", "comps")
     }
-    assert counts == {"supplement": 5218, "ewok": 7618, "entity_tracking": 9483, "wug_adj": 200, "wug_past": 50}
+    assert counts == {
+        "supplement": 5218,
+        "ewok": 7618,
+        "entity_tracking": 9483,
+        "wug_adj": 200,
+        "wug_past": 50,
+        "reading": 1726,
+    }
     blimp = read_task("blimp", SHARED / "babylm_eval_2024" / "blimp_filtered")
     assert len({item.uid for item in blimp}) == 67
     entity = read_task("entity_tracking", full / "entity_tracking")
@@ -430,3 +521,63 @@ def test_the_wug_tests_name_the_eval_extra_before_anything_is_read(tmp_path, mon
     with pytest.raises(InputError, match=r'pip install "elc_bert\[eval\]"'):
         evaluate_babylm("no-such-model", tmp_path / "no-data", tmp_path / "out", tasks=["blimp", "wug_adj"])
     assert not (tmp_path / "out").exists()
+
+
+# The official pipeline's layout and keys (babylm/evaluation-pipeline-2025): sentence_zero_shot/run.py writes
+# <results>/<Path(model).stem>/<revision>/zero_shot/<backend>/<its --task>/<Path(data folder).stem>/predictions.json,
+# eval_zero_shot.sh and eval_zero_shot_fast.sh naming --task blimp (blimp_* and supplement_* folders), ewok,
+# entity_tracking, wug_adj (wug_adj_nominalization), wug_past (wug_past_tense), comps; the keys are the items' UIDs
+# (sentence_zero_shot/read_files.py: BLiMP's UID, the supplement's file stem, EWoK's Domain,
+# <file stem>_<numops>_ops for entity tracking, the --task for the wug tests, base / wugs / wugs_dist_before /
+# wugs_dist_in_between for COMPS); reading/run.py writes reading/predictions.json keyed "reading". collate_preds.py
+# reads exactly these paths (_check_validity_of_dir, collate_full_eval_preds, get_revision_fast_eval_metrics).
+PIPELINE_FULL_LAYOUT = {
+    "blimp/blimp_filtered/predictions.json": {"toy_agreement", "toy_island"},
+    "blimp/supplement_filtered/predictions.json": {"toy_turns"},
+    "ewok/ewok_filtered/predictions.json": {"toy-physics", "toy-social"},
+    "entity_tracking/entity_tracking/predictions.json": {
+        "regular_0_ops", "regular_1_ops", "ambiref_0_ops", "move_contents_2_ops"
+    },
+    "wug_adj/wug_adj_nominalization/predictions.json": {"wug_adj"},
+    "wug_past/wug_past_tense/predictions.json": {"wug_past"},
+    "comps/comps/predictions.json": {"base", "wugs", "wugs_dist_before", "wugs_dist_in_between"},
+    "reading/predictions.json": {"reading"},
+}  # fmt: skip
+PIPELINE_FAST_LAYOUT = {
+    "blimp/blimp_fast/predictions.json": {"toy_agreement", "toy_island"},
+    "blimp/supplement_fast/predictions.json": {"toy_turns"},
+    "ewok/ewok_fast/predictions.json": {"toy-physics"},
+    "entity_tracking/entity_tracking_fast/predictions.json": {"regular_0_ops", "regular_1_ops"},
+    "wug_adj/wug_adj_nominalization/predictions.json": {"wug_adj"},
+    "wug_past/wug_past_tense/predictions.json": {"wug_past"},
+    "reading/predictions.json": {"reading"},
+}
+FAST_TASKS = ["blimp", "supplement", "ewok", "entity_tracking", "wug_adj", "wug_past", "reading"]
+
+
+@pytest.mark.parametrize("evaluation", ["full", "fast"])
+def test_predictions_are_written_where_and_as_the_pipeline_writes_them(evaluation, tokenizer, mlm, tmp_path,
+                                                                       monkeypatch):  # fmt: skip
+    """Every task's predictions.json at the pipeline's path with its keys, full and fast, so that collate_preds.py
+    reads ours as it reads its own; ids <UID>_<k> (the reading task: the row), the wug tests' "prob"."""
+    root = made_up_fast_data(tmp_path / "evaluation_data")
+    data, tasks, expected = (
+        (root, list(babylm.TASKS), PIPELINE_FULL_LAYOUT)
+        if evaluation == "full"
+        else (root / "fast_eval", FAST_TASKS, PIPELINE_FAST_LAYOUT)
+    )
+    monkeypatch.setattr("elc_bert.pretrained.load_model", lambda *a, **k: (mlm, tokenizer, "masked"))
+    evaluate_babylm("someone/babylm-model", data, tmp_path / "results", tasks, progress=False)
+    base = tmp_path / "results" / "babylm-model" / "main" / "zero_shot" / "mlm"
+    written = {
+        path.relative_to(base).as_posix(): json.loads(path.read_text()) for path in base.rglob("predictions.json")
+    }
+    assert {path: set(value) for path, value in written.items()} == expected
+    for path, by_uid in written.items():
+        for uid, value in by_uid.items():
+            assert list(value) == ["predictions"]
+            ids = [entry["id"] for entry in value["predictions"]]
+            assert ids == (list(range(len(ids))) if uid == "reading" else [f"{uid}_{k}" for k in range(len(ids))])
+            if path.startswith("wug_"):
+                assert all(0 <= entry["prob"] <= 1 for entry in value["predictions"])
+    assert len(written["wug_past/wug_past_tense/predictions.json"]["wug_past"]["predictions"]) == 3

@@ -352,3 +352,37 @@ def test_the_citation_and_the_changelog_carry_the_version():
     assert citation["version"] == elc_bert.__version__ and citation["cff-version"] == "1.2.0"
     assert {"title", "authors", "message", "license"} <= set(citation)
     assert f"## [{elc_bert.__version__}]" in (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_collate_refuses_an_incomplete_tree_in_one_line_and_prints_the_file_written(tmp_path, capsys, monkeypatch):
+    """`elc-bert collate`: a results tree missing revisions exits 2 naming them, writing nothing; a complete one
+    prints the submission file's path alone on stdout."""
+    import elc_bert.evaluation.collate as collate_module
+
+    (tmp_path / "results" / "tiny" / "main" / "zero_shot" / "mlm").mkdir(parents=True)
+    (tmp_path / "evaluation_data" / "fast_eval").mkdir(parents=True)
+    arguments = ["collate", "tiny", "--results", str(tmp_path / "results"), "--track", "strict-small"]
+    arguments += ["--data", str(tmp_path / "evaluation_data"), "--up-to", "chck_2M"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(arguments)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("elc-bert collate: error: cannot collate")
+    # main's 16 files (8 zero-shot, AoA, 7 fine-tuning) and the 2 revisions; the first dozen shown
+    assert "18 problem(s)" in err and "blimp_filtered/predictions.json: missing (blimp, revision main)" in err
+    assert "and 6 more" in err
+    assert list((tmp_path / "results" / "tiny").iterdir()) == [tmp_path / "results" / "tiny" / "main"]
+
+    calls = []
+
+    def fake_collate(results_dir, model, track, out_file=None, **options):
+        calls.append((results_dir, model, track, out_file, options))
+        return Path(results_dir) / model / "all_full_preds_and_fast_scores_mlm.json"
+
+    monkeypatch.setattr(collate_module, "collate", fake_collate)
+    main([*arguments, "--backend", "mlm"])
+    assert capsys.readouterr().out.strip() == str(
+        tmp_path / "results" / "tiny" / "all_full_preds_and_fast_scores_mlm.json"
+    )
+    options = {"data": str(tmp_path / "evaluation_data"), "backend": "mlm", "revision": "main", "up_to": "chck_2M"}
+    assert calls == [(str(tmp_path / "results"), "tiny", "strict-small", None, options)]

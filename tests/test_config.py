@@ -386,6 +386,25 @@ def test_typed_config_resumes_with_the_config_it_saved(tmp_path):
         save_config(dataclasses.replace(config, learning_rate=1e-3), run / "pretrain_config.yaml")
 
 
+def test_a_key_added_since_a_run_was_saved_reads_as_its_default(tmp_path):
+    """A run saved before a key existed resumes when the key keeps its default (the run was made with it), and is
+    refused, naming the key, when the key is set to something else."""
+    import yaml
+
+    config = _load(tmp_path, "pretrain", ["batch_size=8"], "")
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(config, run / "pretrain_config.yaml")
+    (run / "checkpoint-3").mkdir()
+    saved = yaml.safe_load((run / "pretrain_config.yaml").read_text())
+    del saved["prepare_corpus"]  # as written before the key existed
+    (run / "pretrain_config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    save_config(config, run / "pretrain_config.yaml")  # resumes
+    (run / "pretrain_config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    with pytest.raises(ValueError, match=r"prepare_corpus: False -> True"):
+        save_config(dataclasses.replace(config, prepare_corpus=True), run / "pretrain_config.yaml")
+
+
 def test_a_resumed_pretraining_run_may_change_how_it_checkpoints_but_not_what_it_trains(tmp_path):
     """Checkpoint cadence, logging and the progress bar do not change what a run learns: a resume may change them
     (e.g. checkpoints more often, so that an interrupted session loses less). Any other TrainingArguments field

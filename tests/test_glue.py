@@ -1,16 +1,21 @@
-"""`elc-bert finetune-glue`: metrics against naive formulas, data checks, skipping, early stopping and the output
-layout, on a tiny random ELC-BERT with a real (MiniLM) tokenizer; one short MiniLM run on the real BabyLM files."""
+"""`elc-bert finetune-glue`: metrics against naive formulas, data checks, missing files refused, early stopping and the
+output layout, on a tiny random ELC-BERT with a real (MiniLM) tokenizer; one short MiniLM run on the real BabyLM
+files. The BabyLM 2025 pipeline's recipe (`babylm-2025`): its inputs, its head against a naive one, its training loop
+(schedule, no clipping, best epoch) against a naive loop written from the pipeline's description, and its
+predictions.json."""
 
 import gzip
 import json
 import logging
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from helpers import TINY
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
 from elc_bert.cli import main
@@ -62,8 +67,10 @@ def naive_f1(labels, predictions):
     return 2 * precision * recall / (precision + recall)
 
 
-def matthews_corrcoef(labels, predictions):  # as the job computes it (scikit-learn's)
-    return task_metrics(TASKS["cola"], labels, predictions)["mcc"]
+def matthews_corrcoef(labels, predictions, classes=2):  # as the job computes it (scikit-learn's)
+    from elc_bert.data.glue import GlueTask
+
+    return task_metrics(GlueTask("task", ("sentence",), classes, "mcc"), labels, predictions)["mcc"]
 
 
 def binary_f1(labels, predictions):
@@ -84,7 +91,7 @@ def test_metrics_match_naive_formulas(seed):
     assert accuracy(labels, predictions) == pytest.approx(sum(map(int.__eq__, labels, predictions)) / 57)
     three = [rng.randrange(3) for _ in range(41)]
     guesses = [y if rng.random() < 0.5 else rng.randrange(3) for y in three]
-    assert matthews_corrcoef(three, guesses) == pytest.approx(naive_multiclass_mcc(three, guesses, 3), abs=1e-12)
+    assert matthews_corrcoef(three, guesses, 3) == pytest.approx(naive_multiclass_mcc(three, guesses, 3), abs=1e-12)
 
 
 def test_metric_edge_cases():
@@ -113,7 +120,7 @@ def sentence(rng, n=6):
 
 def make_task_folder(folder: Path, seed=0):
     """cola (single sentences), rte (pairs, gzip) and mnli (3 classes, with mnli-mm) with 12 / 8 rows; sst2 has
-    only a dev file (no training split)."""
+    only a dev file (no training file)."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", 12), ("valid", 8)):
@@ -164,7 +171,7 @@ def tiny_config(model, data, **overrides):
     values = dict(
         model=str(model),
         data_dir=str(data),
-        tasks=["cola", "rte", "mnli", "sst2"],
+        tasks=["cola", "rte", "mnli"],
         batch_size=4,
         eval_batch_size=8,
         epochs=1,
@@ -175,12 +182,11 @@ def tiny_config(model, data, **overrides):
     return FinetuneGlueConfig(**{**values, **overrides})
 
 
-def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, caplog):
+def test_tiny_elc_bert_run_layout(tmp_path, tiny_elc_folder, caplog):
     data = tmp_path / "glue_data"
     make_task_folder(data)
     with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_glue"):
         finetune_glue(tiny_config(tiny_elc_folder, data))  # output_dir None: the model's (run) folder
-    assert f"skipping sst2: no training split, expected {data / 'sst2.train.jsonl'}" in caplog.text
     assert "cola: dev mcc" in caplog.text  # each task's result as it finishes
     glue = tiny_elc_folder / "glue"
     for entry, metric, num_eval in (("cola", "mcc", 8), ("rte", "accuracy", 8), ("mnli", "accuracy", 8)):
@@ -215,9 +221,7 @@ def test_tiny_elc_bert_run_layout_and_skip(tmp_path, tiny_elc_folder, caplog):
     summary = json.loads((glue / "results.json").read_text())
     assert list(summary["tasks"]) == ["cola", "mnli", "mnli-mm", "rte"]  # BabyLM order
     assert summary["mean"] == pytest.approx(np.mean([t["metric"] for t in summary["tasks"].values()]))
-    assert "sst2" in summary["skipped"]
-    table = (glue / "results.md").read_text()
-    assert "| sst2 | skipped" in table and "mean (4 of 11)" in table
+    assert "mean (4 of 11)" in (glue / "results.md").read_text()
     # A rerun reuses every finished task.
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_glue"):
@@ -245,7 +249,7 @@ def test_real_rte_with_minilm_through_the_cli(tmp_path, capsys):
     overrides = [
         f"data_dir={GLUE}",
         f"output_dir={tmp_path}",
-        "tasks=[rte, boolq]",
+        "tasks=[rte]",
         "max_train_examples=32",
         "max_eval_examples=32",
         "max_length=64",
@@ -256,10 +260,9 @@ def test_real_rte_with_minilm_through_the_cli(tmp_path, capsys):
     main(["finetune-glue", str(config), *overrides])
     out, err = capsys.readouterr()
     # Progress and warnings on stderr (the package's logs), the results table on stdout, last.
-    assert f"skipping boolq: no training split, expected {GLUE / 'boolq.train.jsonl'}" in err
     assert "rte: dev accuracy" in err
     assert out.endswith((tmp_path / "glue" / "results.md").read_text())
-    assert "| rte | accuracy |" in out and "| boolq | skipped" in out
+    assert "| rte | accuracy |" in out
     result = json.loads((tmp_path / "glue" / "rte" / "result.json").read_text())
     assert (result["num_train"], result["num_eval"]) == (32, 32) and 0 <= result["metric"] <= 1
 
@@ -328,3 +331,359 @@ def test_a_max_length_beyond_the_models_positions_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"max_length 1024 .*max_position_embeddings is 512"):
         finetune_glue(config)
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------- the BabyLM 2025 pipeline's recipe
+# Its fine-tuning, as eval_finetuning.sh and evaluation_pipeline/finetune/ describe it: seven tasks, AdamW, 6% warm-up
+# (rounded down) then cosine decay to 0.1 x the peak, no gradient clipping, every epoch evaluated and the best one
+# (the first of equals) predicting the dev set; the head LayerNorm -> Linear -> GELU -> LayerNorm -> dropout -> Linear
+# on the encoder's first position.
+PIPELINE_TASKS = ["boolq", "mnli", "mrpc", "multirc", "qqp", "rte", "wsc"]
+PRESET = Path(__file__).resolve().parents[1] / "configs" / "glue" / "babylm-2025.yaml"
+
+
+def test_the_preset_holds_the_pipelines_hyperparameters():
+    """eval_finetuning.sh's defaults: lr 3e-5, batch 32 (16 for BoolQ / MultiRC), 10 epochs (30 for WSC), sequence
+    length 512, seed 42; run.py's: valid batch 64, classifier dropout 0.1, weight decay 0.01, warm-up 0.06, cosine to
+    a factor 0.1."""
+    from elc_bert.job_configs import load_config
+
+    config = load_config(FinetuneGlueConfig, PRESET, [])
+    assert config.tasks == PIPELINE_TASKS and config.head == "babylm-2025"
+    assert (config.learning_rate, config.batch_size, config.task_batch_size) == (3e-5, 32, {"boolq": 16, "multirc": 16})
+    assert (config.epochs, config.task_epochs, config.max_length, config.seed) == (10, {"wsc": 30}, 512, 42)
+    assert (config.eval_batch_size, config.classifier_dropout, config.weight_decay, config.warmup) == (
+        64,
+        0.1,
+        0.01,
+        0.06,
+    )
+    assert config.patience is None and config.eval_steps is None
+    assert config.training == {
+        "lr_scheduler_type": "cosine_with_min_lr",
+        "lr_scheduler_kwargs": {"min_lr_rate": 0.1},
+        "max_grad_norm": 0,
+    }
+    # Metric for choosing the best epoch, as the script passes --metric_for_valid.
+    assert {name: TASKS[name].metric for name in PIPELINE_TASKS} == {
+        name: "f1" if name in ("mrpc", "qqp") else "accuracy" for name in PIPELINE_TASKS
+    }
+    with pytest.raises(ValueError, match=r"keep_models: not with head babylm-2025"):
+        load_config(FinetuneGlueConfig, PRESET, ["keep_models=true"])
+    with pytest.raises(ValueError, match=r"lora: not with head babylm-2025"):
+        load_config(FinetuneGlueConfig, PRESET, ["lora={}"])
+    with pytest.raises(ValueError, match=r"task_epochs: unknown \['wcs'\]"):
+        load_config(FinetuneGlueConfig, PRESET, ["task_epochs={wcs: 3}"])
+    with pytest.raises(ValueError, match=r"task_batch_size must be >= 1 for each task"):
+        load_config(FinetuneGlueConfig, PRESET, ["task_batch_size={boolq: 0}"])
+
+
+@pytest.mark.parametrize("name", PIPELINE_TASKS)
+def test_the_pipelines_metrics_against_naive_formulas(name):
+    """Accuracy, F1 and MCC for the binary tasks (--metrics accuracy f1 mcc), accuracy alone for MNLI."""
+    task = TASKS[name]
+    rng = random.Random(name)
+    labels = [rng.randrange(task.num_labels) for _ in range(61)]
+    guesses = [y if rng.random() < 0.6 else rng.randrange(task.num_labels) for y in labels]
+    metrics = task_metrics(task, labels, guesses)
+    assert metrics["accuracy"] == pytest.approx(sum(map(int.__eq__, labels, guesses)) / 61, abs=1e-12)
+    if task.num_labels == 3:
+        assert list(metrics) == ["accuracy"]
+        return
+    assert list(metrics) == ["accuracy", "f1", "mcc"]
+    assert metrics["f1"] == pytest.approx(naive_f1(labels, guesses), abs=1e-12)
+    assert metrics["mcc"] == pytest.approx(naive_binary_mcc(labels, guesses), abs=1e-12)
+
+
+def test_inputs_are_made_as_the_pipeline_makes_them():
+    """Its dataset.py: MultiRC "Question: q Answer: a" before the paragraph, WSC's question before the text, the
+    other tasks' fields in order."""
+    from elc_bert.data.glue import text_pair
+
+    multirc = {"paragraph": "P.", "question": "Who?", "answer": "Joe.", "label": 1}
+    assert text_pair(TASKS["multirc"], multirc) == ("Question: Who? Answer: Joe.", "P.")
+    wsc = {"text": "Joe said he ran.", "span1_text": "Joe", "span2_text": "he", "label": 1}
+    assert text_pair(TASKS["wsc"], wsc) == ('Does "he" refer to "Joe" in this passage?', "Joe said he ran.")
+    assert text_pair(TASKS["boolq"], {"question": "q", "passage": "p"}) == ("q", "p")
+    assert text_pair(TASKS["mnli"], {"premise": "a", "hypothesis": "b"}) == ("a", "b")
+    assert text_pair(TASKS["qqp"], {"question1": "a", "question2": "b"}) == ("a", "b")
+
+
+def naive_head(states, dense_weight, dense_bias, out_weight, out_bias, eps=1e-5):
+    """The pipeline's head written out: first position, LayerNorm without weights, dense, exact GELU, LayerNorm,
+    output layer (dropout off)."""
+
+    def layer_norm(x):
+        mean = x.mean(-1, keepdim=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return (x - mean) / torch.sqrt(variance + eps)
+
+    hidden = layer_norm(states[:, 0]) @ dense_weight.T + dense_bias
+    hidden = 0.5 * hidden * (1 + torch.erf(hidden / math.sqrt(2)))
+    return layer_norm(hidden) @ out_weight.T + out_bias
+
+
+def test_the_babylm_head_against_a_naive_one():
+    from torch import nn
+
+    from elc_bert import ElcBertModel
+    from elc_bert.training.finetune_glue import BabyLMClassifier
+
+    torch.manual_seed(0)
+    encoder = ElcBertModel(ElcBertConfig(**{**TINY, "classifier_dropout": None})).eval()
+    torch.manual_seed(3)
+    head = BabyLMClassifier(encoder, 3).eval()
+    torch.manual_seed(3)  # the head's layers start as PyTorch initialises them (the pipeline's plain torch module)
+    dense, out = nn.Linear(32, 32), nn.Linear(32, 3)
+    linears = [module for module in head.classifier if isinstance(module, nn.Linear)]
+    assert len(linears) == 2
+    for made, drawn in zip(linears, (dense, out)):
+        assert torch.equal(made.weight, drawn.weight) and torch.equal(made.bias, drawn.bias)
+    own = sum(p.numel() for p in head.parameters()) - sum(p.numel() for p in encoder.parameters())
+    assert own == 32 * 32 + 32 + 32 * 3 + 3  # the LayerNorms have no weights
+    assert [module.p for module in head.classifier if isinstance(module, nn.Dropout)] == [0.1]
+
+    seen = []
+    encoder.register_forward_pre_hook(lambda module, args, kwargs: seen.append(sorted(kwargs)), with_kwargs=True)
+    input_ids = torch.randint(5, 96, (4, 7))
+    attention_mask = torch.ones(4, 7, dtype=torch.long)
+    attention_mask[1, 4:] = attention_mask[3, 2:] = 0
+    labels = torch.tensor([0, 2, 1, 2])
+    with torch.no_grad():
+        output = head(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+        states = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.double()
+    assert seen[0] == ["attention_mask", "input_ids"]  # no token_type_ids, as the pipeline calls the encoder
+    expected = naive_head(states, *(p.detach().double() for p in (dense.weight, dense.bias, out.weight, out.bias)))
+    assert torch.allclose(output.logits.double(), expected, atol=1e-5)
+    log_probs = expected - expected.exp().sum(-1, keepdim=True).log()
+    assert output.loss.item() == pytest.approx(-log_probs[range(4), labels].mean().item(), abs=1e-5)
+
+
+def test_a_bert_encoder_without_pooler_weights_gets_the_babylm_head(tmp_path):
+    """The head reads the first position, so a BERT checkpoint saved without its pooler is complete for it (the
+    pooler is dropped, not trained from random weights)."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from elc_bert.training import finetune_glue as job
+
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    bert = BertConfig(
+        vocab_size=len(tokenizer), hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16
+    )
+    BertModel(bert, add_pooling_layer=False).save_pretrained(tmp_path / "bert")
+    config = FinetuneGlueConfig(model=str(tmp_path / "bert"), data_dir="d", head="babylm-2025", keep_models=False)
+    model = job._model(config, TASKS["rte"], tokenizer)
+    assert isinstance(model, job.BabyLMClassifier) and model.encoder.pooler is None
+    logits = model(**tokenizer(["a b", "c"], padding=True, return_tensors="pt", return_token_type_ids=False)).logits
+    assert logits.shape == (2, 2)
+
+
+def test_predictions_are_written_in_the_pipelines_layout(tmp_path):
+    """RESULTS/<model name>/main/finetune/<task>/predictions.json, the model named as the pipeline names it (the last
+    part of its path, without a suffix): {task: {"predictions": [{"id": "task_i", "pred": class}]}}, and
+    results.txt with the metrics the pipeline reports."""
+    from elc_bert.training.finetune_glue import predictions_folder, write_pipeline_predictions
+
+    assert predictions_folder(tmp_path, "runs/elc.v2/", "rte") == tmp_path / "elc" / "main" / "finetune" / "rte"
+    assert predictions_folder(tmp_path, "org/babylm-base", "mnli") == tmp_path / "babylm-base/main/finetune/mnli"
+    folder = predictions_folder(tmp_path, "runs/elc", "rte")
+    metrics = {"accuracy": 2 / 3, "f1": 0.8, "mcc": 0.5, "exact_match": 1.0}
+    write_pipeline_predictions(folder, TASKS["rte"], np.array([1, 0, 1]), metrics)
+    written = json.loads((folder / "predictions.json").read_text())
+    assert written == {
+        "rte": {"predictions": [{"id": "rte_0", "pred": 1}, {"id": "rte_1", "pred": 0}, {"id": "rte_2", "pred": 1}]}
+    }
+    assert all(type(p["pred"]) is int for p in written["rte"]["predictions"])
+    assert (folder / "results.txt").read_text() == "accuracy: 0.6666666666666666\nf1: 0.8\nmcc: 0.5"
+
+
+def test_a_task_without_training_data_is_refused_by_name_before_any_model_loads(tmp_path, tiny_elc_folder, monkeypatch):
+    """BoolQ with a dev file only (as staged): the job names the task and the files it looked for, in data_dir and
+    the extra folders, before a model loads or anything but the run folder's lock is written."""
+    from elc_bert.models.errors import InputNotFoundError
+    from elc_bert.training import finetune_glue as job
+
+    data = tmp_path / "data"
+    make_task_folder(data)
+    write_jsonl(data / "boolq.valid.jsonl", [{"question": "q", "passage": "p", "label": 1}])
+    monkeypatch.setattr(job, "load_pretrained", lambda *args, **kwargs: pytest.fail("a model was loaded"))
+    config = tiny_config(
+        tiny_elc_folder, data, tasks=["rte", "boolq"], output_dir=str(tmp_path / "out"), extra_data_dirs=["extra"]
+    )
+    expected = f"{data / 'boolq.train.jsonl'} or {data / 'boolq.train.jsonl.gz'} (also searched extra)"
+    with pytest.raises(InputNotFoundError, match=rf"^boolq: no training file: looked for {re.escape(expected)}"):
+        finetune_glue(config)
+    assert sorted(path.name for path in (tmp_path / "out" / "glue").iterdir()) == [".writer", ".writer.lock"]
+
+
+@pytest.mark.skipif(not GLUE.is_dir(), reason="../shared/data is not beside the repository")
+def test_the_preset_on_the_staged_data_refuses_boolq_through_the_cli(tmp_path, capsys):
+    extra = GLUE.parent / "glue_filtered_2025_extra"
+    overrides = [
+        f"data_dir={GLUE}",
+        f"extra_data_dirs=[{extra}]",
+        f"output_dir={tmp_path}",
+        f"predictions_dir={tmp_path}",
+    ]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["finetune-glue", "babylm-2025", *overrides])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"boolq: no training file: looked for {GLUE / 'boolq.train.jsonl'} or {GLUE / 'boolq.train.jsonl.gz'}" in err
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def add_wsc(folder: Path, seed=0):
+    rng = random.Random(seed)
+    for split, n in (("train", 12), ("valid", 6)):
+        rows = [
+            {"text": sentence(rng), "span1_text": rng.choice(WORDS), "span2_text": rng.choice(WORDS), "label": i % 2}
+            for i in range(n)
+        ]
+        write_jsonl(folder / f"wsc.{split}.jsonl", rows)
+
+
+def test_a_tiny_babylm_2025_run_writes_the_pipelines_predictions(tmp_path, tiny_elc_folder):
+    """The preset on a tiny ELC-BERT, 1 epoch (WSC 2, its own count): predictions.json per task in the pipeline's
+    layout (MNLI's of its matched dev set), agreeing with result.json, and results.txt."""
+    from elc_bert.job_configs import load_config
+
+    data = tmp_path / "data"
+    make_task_folder(data)
+    add_wsc(data)
+    results = tmp_path / "results"
+    overrides = [
+        f"model={tiny_elc_folder}",
+        f"data_dir={data}",
+        f"output_dir={tmp_path / 'out'}",
+        f"predictions_dir={results}",
+        "tasks=[rte, mnli, wsc]",
+        "epochs=1",
+        "task_epochs={wsc: 2}",
+        "batch_size=4",
+        "eval_batch_size=8",
+        "max_length=32",
+        "training.use_cpu=true",
+        "training.disable_tqdm=true",
+    ]
+    finetune_glue(load_config(FinetuneGlueConfig, PRESET, overrides))
+    finetune = results / tiny_elc_folder.name / "main" / "finetune"
+    assert sorted(path.name for path in finetune.iterdir()) == ["mnli", "rte", "wsc"]
+    for name, valid, epochs in (
+        ("rte", "rte.valid.jsonl.gz", 1.0),
+        ("mnli", "mnli.valid.jsonl", 1.0),
+        ("wsc", "wsc.valid.jsonl", 2.0),
+    ):
+        written = json.loads((finetune / name / "predictions.json").read_text())
+        gold = [row["label"] for row in read_task_file(data / valid, TASKS[name])]
+        assert list(written) == [name]
+        predictions = written[name]["predictions"]
+        assert [p["id"] for p in predictions] == [f"{name}_{i}" for i in range(len(gold))]
+        result = json.loads((tmp_path / "out" / "glue" / name / "result.json").read_text())
+        assert (result["epochs_run"], result["batch_size"]) == (epochs, 4)
+        assert task_metrics(TASKS[name], gold, [p["pred"] for p in predictions]) == result["all_metrics"]
+        lines = (finetune / name / "results.txt").read_text().splitlines()
+        assert lines == [f"{key}: {value}" for key, value in result["all_metrics"].items()]
+
+
+def test_the_babylm_2025_recipe_trains_as_the_pipelines_loop(tmp_path):
+    """The job's Trainer against the pipeline's loop written out: AdamW (betas 0.9 / 0.999, eps 1e-8), warm-up
+    int(0.3 x 4) = 1 step (the Trainer's own rounding would give 2), cosine decay to 0.1 x the peak, no clipping, an
+    evaluation after each epoch keeping the first best. One batch per epoch, so that data order does not matter;
+    no dropout; no weight decay (the Trainer spares biases and norms, the pipeline does not). Each epoch's dev loss
+    and the kept epoch's dev logits agree."""
+    import copy
+
+    from torch.optim.lr_scheduler import LambdaLR
+    from transformers import AutoModel, AutoTokenizer, set_seed
+
+    from elc_bert.data.glue import encode
+    from elc_bert.job_configs import load_config
+    from elc_bert.training import finetune_glue as job
+
+    tokenizer = AutoTokenizer.from_pretrained(MINILM)
+    folder = tmp_path / "tiny"
+    model_config = ElcBertConfig.from_preset(
+        "tiny",
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(0)
+    ElcBertForMaskedLM(model_config).save_pretrained(folder)
+    make_task_folder(tmp_path / "data")
+    overrides = [
+        f"model={folder}",
+        f"data_dir={tmp_path / 'data'}",
+        "tasks=[rte]",
+        "batch_size=12",
+        "epochs=4",
+        "learning_rate=2e-3",
+        "weight_decay=0",
+        "warmup=0.3",
+        "classifier_dropout=0",
+        "max_length=32",
+        "training.use_cpu=true",
+        "training.disable_tqdm=true",
+    ]
+    config = load_config(FinetuneGlueConfig, PRESET, overrides)
+    task = TASKS["rte"]
+    train_rows = read_task_file(tmp_path / "data" / "rte.train.jsonl.gz", task)
+    dev_rows = read_task_file(tmp_path / "data" / "rte.valid.jsonl.gz", task)
+    set_seed(config.seed)
+    model = job._model(config, task, tokenizer)
+    dev = encode(tokenizer, task, dev_rows, 32)
+    trainer = job._trainer(
+        config, task, model, tokenizer, encode(tokenizer, task, train_rows, 32), dev, tmp_path / "c", None
+    )
+    trainer.train()
+    logits = torch.tensor(trainer.predict(dev).predictions)
+    losses = [entry["eval_dev_loss"] for entry in trainer.state.log_history if "eval_dev_loss" in entry]
+
+    # The pipeline's loop, from its description.
+    set_seed(config.seed)
+    encoder = AutoModel.from_pretrained(folder)
+    dense, out = torch.nn.Linear(64, 64), torch.nn.Linear(64, 2)  # the same draws as the job's head
+    parameters = [*encoder.parameters(), *dense.parameters(), *out.parameters()]
+
+    def batch(rows):
+        pairs = [(row["sentence1"], row["sentence2"]) for row in rows]
+        encoded = tokenizer(*zip(*pairs), padding=True, truncation=True, max_length=32, return_tensors="pt")
+        return encoded.input_ids, encoded.attention_mask
+
+    def forward(rows):
+        states = encoder(*batch(rows)).last_hidden_state
+        return naive_head(states, dense.weight, dense.bias, out.weight, out.bias)
+
+    optimizer = torch.optim.AdamW(parameters, lr=2e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    total, warmup = 4, int(0.3 * 4)
+
+    def factor(step):
+        if step < warmup:
+            return step / max(1, warmup)
+        return max(0.1, 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
+
+    schedule = LambdaLR(optimizer, factor)
+    labels = torch.tensor([row["label"] for row in train_rows])
+    gold = np.array([row["label"] for row in dev_rows])
+    best, kept, expected_losses = None, None, []
+    for _ in range(4):
+        encoder.train()
+        torch.nn.functional.cross_entropy(forward(train_rows), labels).backward()
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        encoder.eval()
+        with torch.no_grad():
+            dev_logits = forward(dev_rows)
+        expected_losses.append(torch.nn.functional.cross_entropy(dev_logits, torch.tensor(gold)).item())
+        accuracy = float((dev_logits.argmax(-1).numpy() == gold).mean())
+        if best is None or accuracy > best:
+            best, kept = accuracy, copy.deepcopy([p.detach() for p in parameters])
+    with torch.no_grad():
+        for parameter, value in zip(parameters, kept):
+            parameter.copy_(value)
+        expected = forward(dev_rows)
+    assert losses == pytest.approx(expected_losses, rel=1e-5)  # every epoch's model
+    assert torch.allclose(logits, expected, atol=1e-5), (logits - expected).abs().max()  # the one kept

@@ -4,12 +4,17 @@ the package, and no job layer imports another. A name the package shares (a run'
 fusion kinds) has one owner."""
 
 import ast
+import inspect
 import re
 from pathlib import Path
 
-from helpers import REPO
+import pytest
+from helpers import REPO, TINY
+from torch import nn
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError, LayerFusionConfig, runs
+from elc_bert.models import configuration_layer_fusion, modeling_layer_fusion
+from elc_bert.models.transformers_compat import PreTrainedModel
 
 PACKAGE = Path(__file__).resolve().parents[1] / "elc_bert"
 JOB_LAYERS = {"training", "evaluation", "analysis", "hub"}
@@ -75,6 +80,49 @@ def test_fusion_kinds_are_read_from_their_registry():
         if pattern.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def test_one_registration_per_fusion_kind_covers_the_model():
+    """A fusion kind is one `Fusion` entry in `FUSIONS`, carrying all that the config and the model read: each entry
+    names a fusion module of `modeling_layer_fusion.py` with the one fusion `forward`, every fusion module there is
+    some kind's, the config accepts exactly the registry's kinds, and the model compares no kind names
+    (`if config.fusion == "last"`): a new kind is one class and one entry."""
+    fusions = configuration_layer_fusion.FUSIONS
+    modules = {
+        kind: getattr(modeling_layer_fusion, getattr(fusion, "module", ""), None) for kind, fusion in fusions.items()
+    }
+    wrong = [f"{kind}: no module" for kind, module in modules.items() if module is None]
+    base = getattr(modeling_layer_fusion, "FusionModule", nn.Module)
+    defined = [
+        value
+        for value in vars(modeling_layer_fusion).values()
+        if isinstance(value, type)
+        and issubclass(value, base)
+        and not issubclass(value, PreTrainedModel)
+        and value.__module__ == modeling_layer_fusion.__name__
+        and value is not base
+    ]
+    wrong += [f"{module.__name__}: the module of no kind" for module in defined if module not in modules.values()]
+    signature = inspect.signature(base.forward)
+    wrong += [
+        f"{kind}: {module.__name__}.forward{inspect.signature(module.forward)}, not forward{signature}"
+        for kind, module in modules.items()
+        if module is not None and inspect.signature(module.forward) != signature
+    ]
+
+    for kind in fusions:
+        LayerFusionConfig(backbone_config=ElcBertConfig(**TINY), fusion=kind)
+    with pytest.raises(InputError, match=re.escape(f"fusion must be one of {tuple(fusions)}")):
+        LayerFusionConfig(backbone_config=ElcBertConfig(**TINY), fusion="no_such_kind")
+
+    path = PACKAGE / "models" / "modeling_layer_fusion.py"
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            operands += [item for op in operands if isinstance(op, (ast.Tuple, ast.List, ast.Set)) for item in op.elts]
+            if any(isinstance(op, ast.Constant) and op.value in fusions for op in operands):
+                wrong.append(f"{path.name}:{node.lineno} compares kind names: {ast.unparse(node)}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_run_file_names_and_auto_classes_have_one_owner():

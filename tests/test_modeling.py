@@ -841,3 +841,49 @@ def test_a_cuda_training_step_synchronises_nowhere_in_the_package(arch, packed):
             torch.cuda.set_sync_debug_mode(0)
     ours = [f"{w.filename}:{w.lineno}: {w.message}" for w in caught if w.filename.startswith(package)]
     assert not ours, ours
+
+
+# ================================================================================ operators of a training step
+def _operators_of_a_training_step(layer_combination: str) -> int:
+    """The aten operators that the forward and backward of one MLM training step of a 12-layer model (strict-small's
+    depth and heads, narrow) dispatch, counted as `scripts/profile_step.py` counts them."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    from profile_step import count_operators
+
+    torch.manual_seed(0)
+    config = ElcBertConfig(
+        **{**TINY, "hidden_size": 48, "num_hidden_layers": 12, "num_attention_heads": 6, "intermediate_size": 64},
+        layer_combination=layer_combination,
+        sparse_prediction=True,
+        attn_implementation="sdpa",
+    )
+    model = ElcBertForMaskedLM(config).train()
+    input_ids = torch.randint(7, config.vocab_size, (2, 16))
+    labels = torch.where(torch.arange(16) % 5 == 0, input_ids, -100)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    model_operators, _ = count_operators(model, torch.optim.AdamW(model.parameters()), batch)
+    return sum(model_operators.values())
+
+
+@pytest.mark.parametrize("layer_combination, ceiling", [("elc", 2794), ("residual", 2536)])
+def test_operators_per_training_step_do_not_grow_back(layer_combination, ceiling):
+    """Each operator is at least one kernel launch on a GPU, where these small models are launch-bound: the count of
+    one training step stays at most what it is now (3,368 for ELC-BERT and 2,807 for LTG-BERT before the positional
+    terms became one matrix product and one gather, and the layer mixture one matrix-vector product)."""
+    assert _operators_of_a_training_step(layer_combination) <= ceiling
+
+
+def test_flex_kernel_options_fit_the_device(monkeypatch):
+    """Without kernel options, FlexAttention runs at its defaults where they fit (CPU; a GPU with the shared memory
+    they need) and with one pipeline stage where they do not (an H100's 232,448 bytes per block)."""
+    from types import SimpleNamespace
+
+    from elc_bert.models.modeling_elc_bert import FLEX_DEFAULT_SHARED_MEMORY, flex_kernel_options
+
+    assert flex_kernel_options(torch.device("cpu")) is None
+    for shared_memory, expected in [(232_448, {"num_stages": 1}), (FLEX_DEFAULT_SHARED_MEMORY, None)]:
+        properties = SimpleNamespace(shared_memory_per_block_optin=shared_memory)
+        monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device, p=properties: p)
+        assert flex_kernel_options(torch.device("cuda")) == expected

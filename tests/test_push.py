@@ -2,12 +2,25 @@
 `HF_ENDPOINT`): the pushed repo holds the exported folder and loads, in a process without the package, with the
 original outputs, as do the library's own `push_to_hub` of plain saves; without a token the error says how to get
 one. The server, the push and the loading process's report are the session fixture `hub` of conftest.py.
+
+`push --revisions`: a tiny pretraining run's words-seen checkpoints become the branches the BabyLM 2025 rules name
+(chck_1M, ...) beside main, which `eval-babylm --revision` / `--all-revisions` score as it scores the run's folders; a
+second push uploads nothing, a push cut short resumes, a repository of another run is refused before any upload.
 """
 
+import json
+from pathlib import Path
+
+import huggingface_hub
 import pytest
 from helpers import EXPORTED_MODELS as MODELS
+from helpers import WIKITEXT_SAMPLE
+from hub_server import local_hub
+from safetensors.torch import load_file
 
-from elc_bert.hub.push import resolve_token
+from elc_bert import InputError, runs
+from elc_bert.cli import main as cli_main
+from elc_bert.hub.push import REVISION_RECORD, resolve_token, run_identity
 
 
 def test_plain_saves_and_push_to_hub_load_without_the_package(hub):
@@ -30,12 +43,13 @@ def test_plain_saves_and_push_to_hub_load_without_the_package(hub):
 def test_push_and_load_through_a_local_hub(exported, hub):
     folder = exported[0]["fusion_elc_dwatt"]
     repo = hub["state"].repos["test-user/fusion"]
-    assert repo["private"] and f"{hub['endpoint']}/test-user/fusion/commit/{repo['sha']}" in hub["push_output"]
-    assert repo["files"] == {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    main = repo["branches"]["main"]
+    assert repo["private"] and f"{hub['endpoint']}/test-user/fusion/commit/{main['sha']}" in hub["push_output"]
+    assert main["files"] == {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
     # Read back by the fresh process (no package) through the same endpoint; transformers keys the remote code's
     # module by repo and commit, so it came from the pushed commit.
     entry = hub["report"]["hub:fusion_elc_dwatt"]
-    assert entry["module"].startswith("transformers_modules.") and repo["sha"] in entry["module"], entry
+    assert entry["module"].startswith("transformers_modules.") and main["sha"] in entry["module"], entry
     assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, entry
 
 
@@ -47,3 +61,164 @@ def test_push_without_a_token_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
     with pytest.raises(PermissionError, match="HF_TOKEN.*hf auth login"):
         resolve_token()
+
+
+# ------------------------------------------------------------------------------------------------ BabyLM revisions
+REPO_ID = "test-user/babylm-run"
+MILESTONES = {"chck_1M": "words-1M", "chck_2M": "words-2M", "chck_3M": "words-3M"}
+
+
+def milestone_run(root: Path, seed: int) -> Path:
+    """A tiny pretraining run keeping words-1M, words-2M and words-3M: the words each step shows are scaled by 10^4
+    (a step of 8 samples of 32 tokens shows ~60 words of the sample), so that six steps pass 1M, 2M and 3M."""
+    from elc_bert.training import pretrain as pretrain_module
+
+    real = pretrain_module.sample_words
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pretrain_module, "sample_words", lambda samples: real(samples) * 10_000)
+        config = pretrain_module.PretrainConfig(
+            output_dir=str(root / "run"),
+            data_dir=str(WIKITEXT_SAMPLE.parent),
+            train_files=[WIKITEXT_SAMPLE.name],
+            preset="tiny",
+            vocab_size=300,
+            min_frequency=2,
+            seq_length=32,
+            max_steps=6,
+            batch_size=8,
+            seed=seed,
+            checkpoint_words=[10**6, 2 * 10**6, 3 * 10**6],
+            training={"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
+        )
+        pretrain_module.pretrain(config)
+    run = root / "run"
+    assert sorted(path.name for path in run.glob(runs.WORDS_CHECKPOINT + "*")) == sorted(MILESTONES.values())
+    return run
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return milestone_run(tmp_path_factory.mktemp("milestones"), seed=0)
+
+
+@pytest.fixture
+def server(monkeypatch, tmp_path):
+    """The local Hub server's state, this process's huggingface_hub and transformers pointed at it."""
+    with local_hub(monkeypatch, tmp_path / "hf-cache") as state:
+        yield state
+
+
+def push_revisions(run, capsys, repo_id=REPO_ID) -> dict[str, str]:
+    """`elc-bert push RUN --repo-id REPO_ID --revisions`: {revision: what it printed for it}."""
+    cli_main(["push", str(run), "--repo-id", repo_id, "--revisions"])
+    lines = capsys.readouterr().out.splitlines()
+    return dict(line.split(": ", 1) for line in lines)
+
+
+def commits_by_branch(state, repo_id=REPO_ID) -> dict[str, int]:
+    counts = {}
+    for commit in state.repos[repo_id]["commits"]:
+        counts[commit["branch"]] = counts.get(commit["branch"], 0) + 1
+    return counts
+
+
+def test_push_revisions_names_branches_by_words_and_a_second_push_uploads_nothing(run_dir, server, capsys):
+    printed = push_revisions(run_dir, capsys)
+    assert list(printed) == [*MILESTONES, "main"] and all(url.startswith("http") for url in printed.values())
+    branches = server.repos[REPO_ID]["branches"]
+    assert set(branches) == {*MILESTONES, "main"}
+    identity = run_identity(run_dir)
+    for revision, folder in {**MILESTONES, "main": "."}.items():
+        files = branches[revision]["files"]
+        assert {"config.json", "README.md", "tokenizer.json", REVISION_RECORD} <= set(files)
+        record = json.loads(files[REVISION_RECORD])
+        assert record["run"] == identity and record["revision"] == revision
+        assert record["model_sha256"] == runs.fingerprint(run_dir / folder)
+        if folder != ".":
+            assert record["milestone"] == int(revision[len("chck_") : -1]) * 10**6
+        pushed = huggingface_hub.hf_hub_download(REPO_ID, "model.safetensors", revision=revision)
+        local = load_file(run_dir / folder / "model.safetensors")
+        assert {k: v.tolist() for k, v in load_file(pushed).items()} == {k: v.tolist() for k, v in local.items()}
+    before = commits_by_branch(server)
+    assert before == {revision: 1 for revision in printed}
+
+    assert push_revisions(run_dir, capsys) == {revision: "unchanged" for revision in printed}
+    assert commits_by_branch(server) == before
+
+
+def test_a_push_cut_short_resumes_with_the_revisions_it_had_not_pushed(run_dir, server, capsys, monkeypatch):
+    real = huggingface_hub.HfApi.upload_folder
+    calls = []
+
+    def cut_after_one(self, **kwargs):
+        calls.append(kwargs["revision"])
+        if len(calls) == 2:
+            raise ConnectionError("connection reset")
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", cut_after_one)
+    with pytest.raises(SystemExit) as exit_:
+        push_revisions(run_dir, capsys)
+    assert exit_.value.code == 1 and "connection reset" in capsys.readouterr().err
+    assert commits_by_branch(server) == {"chck_1M": 1}
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", real)
+    printed = push_revisions(run_dir, capsys)
+    assert printed["chck_1M"] == "unchanged" and all(printed[r] != "unchanged" for r in ("chck_2M", "chck_3M", "main"))
+    assert commits_by_branch(server) == {"chck_1M": 1, "chck_2M": 1, "chck_3M": 1, "main": 1}
+
+
+def test_a_repository_of_another_run_is_refused_before_anything_is_uploaded(run_dir, server, capsys, tmp_path):
+    push_revisions(run_dir, capsys)
+    before = commits_by_branch(server)
+    other = milestone_run(tmp_path / "other", seed=1)
+    with pytest.raises(SystemExit) as exit_:
+        push_revisions(other, capsys)
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert f"{REPO_ID} holds revision chck_1M of another run" in error and REVISION_RECORD in error
+    assert commits_by_branch(server) == before
+    # a revision branch without a record, holding another model, is another run's too
+    repo = server.repos[REPO_ID]
+    del repo["branches"]["chck_2M"]["files"][REVISION_RECORD]
+    del repo["branches"]["chck_1M"]
+    with pytest.raises(InputError, match=r"holds revision chck_2M of another run \(no elc_bert_revision.json, and "):
+        from elc_bert.hub.push import push_revisions as push_function
+
+        push_function(other, REPO_ID)
+    assert commits_by_branch(server) == before
+    # main holding this run's own export, pushed without a record by `elc-bert push`, is this run's
+    cli_main(["export", str(run_dir), str(tmp_path / "exported")])
+    cli_main(["push", str(tmp_path / "exported"), "--repo-id", "test-user/plain"])
+    capsys.readouterr()
+    assert list(push_revisions(run_dir, capsys, "test-user/plain")) == [*MILESTONES, "main"]
+    assert commits_by_branch(server, "test-user/plain")["main"] == 2
+
+
+def test_revisions_of_a_pushed_run_score_as_its_folders(run_dir, server, capsys, tmp_path):
+    """eval-babylm REPO --all-revisions (and --revision R) gives the numbers of --all-checkpoints on the run: the
+    branches hold the run's very models, named as the run's words-seen folders are named in eval-babylm."""
+    from elc_bert.evaluation.babylm import evaluate_babylm
+
+    push_revisions(run_dir, capsys)
+    data = tmp_path / "data" / "blimp_filtered"
+    data.mkdir(parents=True)
+    pairs = [("The cat is here.", "The cat are here."), ("He ran home.", "He run home."), ("We saw it.", "We seen it.")]
+    labels = {"field": "syntax", "linguistics_term": "agreement", "UID": "toy"}
+    lines = [json.dumps({"sentence_good": good, "sentence_bad": bad, **labels}) for good, bad in pairs]
+    (data / "toy.jsonl").write_text("\n".join(lines) + "\n")
+    local = evaluate_babylm(run_dir, data, tmp_path / "local", ["blimp"], all_checkpoints=True, progress=False)
+    hub = evaluate_babylm(REPO_ID, data, tmp_path / "hub", ["blimp"], all_revisions=True, progress=False)
+    assert list(hub["rows"]) == [*MILESTONES, "main"]
+    assert list(local["rows"]) == ["checkpoint-6", *MILESTONES, "main"]
+    for revision in hub["rows"]:
+        assert hub["rows"][revision]["blimp"] == pytest.approx(local["rows"][revision]["blimp"], abs=1e-9)
+    written = tmp_path / "hub" / "babylm-run" / "chck_2M" / "zero_shot" / "mlm" / "blimp" / "blimp_filtered"
+    assert (written / "predictions.json").read_text() == (
+        tmp_path / "local" / "run" / "chck_2M" / "zero_shot" / "mlm" / "blimp" / "blimp_filtered" / "predictions.json"
+    ).read_text()
+
+    one = ["--revision", "chck_2M", "--data", str(data), "--tasks", "blimp", "--out", str(tmp_path / "one")]
+    cli_main(["eval-babylm", REPO_ID, *one])
+    one = json.loads((tmp_path / "one" / "summary.json").read_text())["rows"]
+    assert list(one) == ["chck_2M"] and one["chck_2M"]["blimp"] == pytest.approx(local["rows"]["chck_2M"]["blimp"])
+    assert [request for request in server.unhandled if "/api/agent-harnesses" not in request] == []

@@ -2,14 +2,14 @@
 object per line with the task's text fields and an integer `label`.
 
 `TASKS` and `BABYLM_ENTRIES` are the one list of tasks that fine-tuning (`elc-bert finetune-glue`) and the scorecard
-both read.
+both read; `task_files` finds a task's files, `text_pair` makes its inputs as the BabyLM 2025 evaluation pipeline does.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..extras import needs
-from ..models.errors import InputError
+from ..models.errors import InputError, InputNotFoundError
 from .jsonl import read_jsonl
 
 
@@ -55,6 +55,25 @@ def find_split(folders: list[Path], task: str, split: str) -> Path | None:
     return None
 
 
+def task_files(task: GlueTask, folders: list[Path]) -> tuple[Path, dict[str, Path]]:
+    """The task's training file and the dev file of each of its entries (`GlueTask.entries`), the first found in
+    `folders`; a missing one raises InputNotFoundError naming the task and the paths looked for."""
+
+    def find(name: str, split: str) -> Path:
+        path = find_split(folders, name, split)
+        if path is None:
+            expected = " or ".join(str(folders[0] / f"{name}.{split}{suffix}") for suffix in SUFFIXES)
+            searched = f" (also searched {', '.join(map(str, folders[1:]))})" if len(folders) > 1 else ""
+            what = "training" if split == "train" else "validation"
+            raise InputNotFoundError(
+                f"{task.name}: no {what} file: looked for {expected}{searched}; add it, or leave {task.name} out of "
+                "tasks"
+            )
+        return path
+
+    return find(task.name, "train"), {entry: find(entry, "valid") for entry in task.entries}
+
+
 def read_task_file(path: str | Path, task: GlueTask, limit: int | None = None) -> list[dict]:
     """The rows of one jsonl(.gz) file: a JSON object per line with the task's text fields (strings) and an integer
     `label` in [0, num_labels). Blank lines are skipped; a bad line raises ValueError naming the file and line."""
@@ -77,12 +96,13 @@ def read_task_file(path: str | Path, task: GlueTask, limit: int | None = None) -
 
 
 def text_pair(task: GlueTask, row: dict) -> tuple[str, str | None]:
-    """The (first, second) segments of a row. MultiRC puts question + answer first so that truncation, which cuts the
-    longest segment, shortens the paragraph; WSC asks about its two spans after the text."""
+    """The (first, second) segments of a row, as the BabyLM 2025 evaluation pipeline makes them (its
+    finetune/dataset.py): the task's fields in order, but MultiRC asks "Question: {question} Answer: {answer}" before
+    its paragraph and WSC 'Does "{span2_text}" refer to "{span1_text}" in this passage?' before its text."""
     if task.name == "multirc":
-        return f"{row['question']} {row['answer']}", row["paragraph"]
+        return f"Question: {row['question']} Answer: {row['answer']}", row["paragraph"]
     if task.name == "wsc":
-        return row["text"], f'Does "{row["span2_text"]}" refer to "{row["span1_text"]}"?'
+        return f'Does "{row["span2_text"]}" refer to "{row["span1_text"]}" in this passage?', row["text"]
     first = row[task.fields[0]]
     return first, (row[task.fields[1]] if len(task.fields) > 1 else None)
 

@@ -7,19 +7,25 @@ the sentence is context), the UID it is reported under and, for the wug tests, t
     blimp            blimp_filtered / blimp_fast            sentence_good, sentence_bad        whole       UID
     supplement       supplement_filtered / supplement_fast  sentence_good, sentence_bad        whole       file
     ewok             ewok_filtered / ewok_fast              Context1 + " " + Target1, Target2  " Target"   Domain
-    entity_tracking  entity_tracking                        input_prefix + each option         the option  file_N_ops
-    wug_adj          wug_adj_nominalization                 its tab-separated sentences        whole       file
-    wug_past         wug_past_tense                         its tab-separated sentences        whole       file
+    entity_tracking  entity_tracking / entity_tracking_fast input_prefix + each option         the option  file_N_ops
+    wug_adj          wug_adj_nominalization                 its tab-separated sentences        whole       wug_adj
+    wug_past         wug_past_tense                         its tab-separated sentences        whole       wug_past
     comps            comps                                  prefix_(un)acceptable + property   property    base, ...
 
-Candidate 0 is the right one. A candidate's score is the (pseudo-)log-likelihood of its completion's tokens
-(`scoring`); the prediction is the first candidate with the highest score, so a tie counts as right, as in the official
-pipeline. Metrics: accuracy per UID (and per value of the other metadata the pipeline counts), averaged over UIDs;
-entity tracking averages the UIDs of each of its three files, then the files; the wug tests report Spearman's rho
-between the softmax of candidate 0 over the item's candidates and the human ratio.
+(`file` is the file's name without .jsonl / .jsonl.gz.) The reading task (folder `reading`, its reading_data.csv) is
+no list of candidates: `reading` computes it. Candidate 0 is the right one. A candidate's score is the
+(pseudo-)log-likelihood of its completion's tokens (`scoring`); the prediction is the first candidate with the highest
+score, so a tie counts as right, as in the official pipeline. Metrics: accuracy per UID (and per value of the other
+metadata the pipeline counts), averaged over UIDs; entity tracking averages the UIDs of each of its three files, then
+the files; the wug tests report Spearman's rho between the softmax of candidate 0 over the item's candidates and the
+human ratio.
 
 `read_task` checks a task's files before any model is loaded: a missing or empty field, a ratio outside [0, 1] or
 fewer than two candidates name the file, the line and the field.
+
+Predictions go where the pipeline writes them and `collate_preds.py` reads them:
+<results>/<model name>/<revision>/zero_shot/<mlm|causal>/<task's --task>/<data folder>/predictions.json
+(`official_folder`), keyed by UID.
 """
 
 import json
@@ -28,6 +34,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from ..data.jsonl import read_jsonl
@@ -35,6 +42,7 @@ from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
+from . import reading
 
 logger = logging.getLogger(__name__)
 
@@ -64,13 +72,18 @@ def _fields(record: dict, names: tuple, where: str) -> list:
     return values
 
 
+def _file_uid(path: Path) -> str:
+    """The pipeline's UID from a file: its stem (it reads `name.jsonl`; we also read `name.jsonl.gz`)."""
+    return path.name.removesuffix(".gz").removesuffix(".jsonl")
+
+
 def _minimal_pair(record, path: Path, where: str) -> Item:
     good, bad = _fields(record, ("sentence_good", "sentence_bad"), where)
     if "field" in record:  # BLiMP proper
         uid, field_name, term = _fields(record, ("UID", "field", "linguistics_term"), where)
         field_name = "syntax/semantics" if field_name == "syntax_semantics" else field_name
     else:  # the supplement: no field or UID
-        uid, field_name, term = path.name.split(".")[0], "supplement", "supplement"
+        uid, field_name, term = _file_uid(path), "supplement", "supplement"
     return Item([good, bad], [good, bad], uid, where, {"field": field_name, "linguistics_term": term})
 
 
@@ -89,18 +102,19 @@ def _entity_tracking(record, path: Path, where: str) -> Item:
     for index, option in enumerate(options):
         if not isinstance(option, str) or not option.strip():
             raise InputError(f"{where}: field 'options' item {index} is empty")
-    uid = f"{path.name.split('.')[0]}_{ops}_ops"
+    uid = f"{_file_uid(path)}_{ops}_ops"
     return Item([prefix + option for option in options], list(options), uid, where)
 
 
-def _wug(record, path: Path, where: str) -> Item:
+def _wug(uid: str, record, path: Path, where: str) -> Item:
+    """A wug item, reported under `uid`: the pipeline's task name (`wug_adj`, `wug_past`), not the file's."""
     sentences, ratio = _fields(record, ("sentences", "ratio"), where)
     candidates = sentences.split("\t")
     if len(candidates) < 2 or not all(candidate.strip() for candidate in candidates):
         raise InputError(f"{where}: field 'sentences' must hold at least 2 non-empty tab-separated sentences")
     if not isinstance(ratio, (int, float)) or not 0 <= ratio <= 1:
         raise InputError(f"{where}: field 'ratio' must be a number in [0, 1], got {ratio!r}")
-    return Item(candidates, candidates, path.name.split(".")[0], where, ratio=float(ratio))
+    return Item(candidates, candidates, uid, where, ratio=float(ratio))
 
 
 COMPS_UIDS = {"comps_base": "base", "comps_wugs": "wugs", "comps_wugs_dist-before": "wugs_dist_before"}
@@ -108,19 +122,21 @@ COMPS_UIDS = {"comps_base": "base", "comps_wugs": "wugs", "comps_wugs_dist-befor
 
 def _comps(record, path: Path, where: str) -> Item:
     good, bad, phrase = _fields(record, ("prefix_acceptable", "prefix_unacceptable", "property_phrase"), where)
-    uid = COMPS_UIDS.get(path.name.split(".")[0], "wugs_dist_in_between")
+    uid = COMPS_UIDS.get(_file_uid(path), "wugs_dist_in_between")
     return Item([f"{good} {phrase}", f"{bad} {phrase}"], [f" {phrase}", f" {phrase}"], uid, where)
 
 
 @dataclass(frozen=True)
 class Task:
-    """A zero-shot task: the folders that may hold it (full, fast), how a record becomes an Item, the official
-    pipeline's name for it (its `--task`) and its metric ("accuracy", "entity_tracking" or "spearman")."""
+    """A zero-shot task: the folders that may hold it (full, fast), how a record becomes an Item (None: the reading
+    task, read by `reading.read_reading`), the official pipeline's name for it (its `--task`, the folder it writes
+    under), its metric ("accuracy", "entity_tracking", "spearman" or "reading") and the names of its files."""
 
     folders: tuple[str, ...]
-    read: Callable
+    read: Callable | None
     official: str
     metric: str = "accuracy"
+    suffixes: tuple[str, ...] = (".jsonl", ".jsonl.gz")
 
 
 TASKS = {
@@ -130,9 +146,10 @@ TASKS = {
     "entity_tracking": Task(
         ("entity_tracking", "entity_tracking_fast"), _entity_tracking, "entity_tracking", "entity_tracking"
     ),
-    "wug_adj": Task(("wug_adj_nominalization",), _wug, "wug", "spearman"),
-    "wug_past": Task(("wug_past_tense",), _wug, "wug", "spearman"),
+    "wug_adj": Task(("wug_adj_nominalization",), partial(_wug, "wug_adj"), "wug_adj", "spearman"),
+    "wug_past": Task(("wug_past_tense",), partial(_wug, "wug_past"), "wug_past", "spearman"),
     "comps": Task(("comps",), _comps, "comps"),
+    "reading": Task(("reading",), None, "reading", "reading", (".csv", ".csv.gz")),
 }
 ENTITY_TRACKING_FILES = ("regular", "ambiref", "move_contents")
 
@@ -153,9 +170,18 @@ def resolve_data(data: str | Path) -> Path:
     return Path(snapshot_download(str(data), repo_type="dataset"))
 
 
-def task_files(folder: Path) -> list[Path]:
-    """The task's JSONL files in `folder` (plain or gzip), sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.name.endswith((".jsonl", ".jsonl.gz")))
+def task_files(folder: Path, task: str | None = None) -> list[Path]:
+    """The files of `task` (default: a JSONL task) in `folder`, plain or gzip, sorted by name."""
+    suffixes = TASKS[task].suffixes if task else Task.suffixes
+    return sorted(p for p in folder.iterdir() if p.name.endswith(suffixes))
+
+
+def official_folder(task: str, folder: Path) -> Path:
+    """Where the official pipeline writes `task`'s predictions.json (read from the data folder `folder`) under
+    <results>/<model name>/<revision>/zero_shot/<backend>/: <its --task>/<the folder's stem>, or reading/ (its
+    `sentence_zero_shot/run.py` and `reading/run.py`; `collate_preds.py` reads them there)."""
+    official = TASKS[task].official
+    return Path(official) if TASKS[task].metric == "reading" else Path(official) / folder.stem
 
 
 def find_task_folder(task: str, data: Path) -> Path:
@@ -182,9 +208,14 @@ def read_task(task: str, folder: Path) -> list[Item]:
     """The items of `task` in `folder`, in file and line order; bad records raise ValueError naming file:line."""
     if task not in TASKS:
         raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
-    files = task_files(folder)
+    files = task_files(folder, task)
     if not files:
-        raise InputNotFoundError(f"{folder}: no .jsonl or .jsonl.gz files for task {task}")
+        names = " or ".join(f"*{suffix}" for suffix in TASKS[task].suffixes)
+        raise InputNotFoundError(f"{folder}: no {names} files for task {task}")
+    if TASKS[task].metric == "reading":
+        if len(files) > 1:
+            raise InputError(f"{folder}: one reading_data.csv expected, found {', '.join(p.name for p in files)}")
+        return reading.read_reading(files[0])
     items = []
     for path in files:
         for number, record in read_jsonl(path):
@@ -300,25 +331,68 @@ SUMMARY_COLUMNS = {  # the BabyLM 2025 report's zero-shot columns, by task
     "wug_adj": "Wug Adj. (rho)",
     "wug_past": "Wug Past (rho)",
     "comps": "COMPS",
+    "reading": "Reading (Eye Tracking)",  # the reading task's two scores, as the BabyLM report shows them
+    "reading_spr": "Reading (Self-Paced Reading Time)",
 }
 
 
-def model_folders(model: str | Path, all_checkpoints: bool) -> dict[str, str]:
-    """{revision name: model folder or Hub name}: MODEL alone ("main"), or with `all_checkpoints` every model of a
-    pretraining run folder: its `checkpoint-N` folders by step, its words-seen ones (`words-1M`, ...) and its final
-    model ("main") when it holds one."""
-    from .. import runs
+def _columns(tasks: list[str]):
+    """(key in a summary row, task) of each summary column: one per task, two for the reading task."""
+    for task in tasks:
+        yield task, task
+        if TASKS[task].metric == "reading":
+            yield "reading_spr", task
 
+
+def _summary_values(task: str, result: dict) -> dict:
+    """The summary row's values of `task` from its result: its average, and the reading task's second score."""
+    values = {task: result["average"]}
+    if TASKS[task].metric == "reading":
+        values["reading_spr"] = result["by"]["score"]["self_paced_reading"]
+    return values
+
+
+def model_folders(
+    model: str | Path, all_checkpoints: bool, revision: str | None = None, all_revisions: bool = False
+) -> dict[str, tuple[str, str | None]]:
+    """{revision name: (model folder or Hub name, Hub commit or None)}: MODEL alone ("main"); with `all_checkpoints`
+    every model of a pretraining run folder: its `checkpoint-N` folders by step, its words-seen ones (named by their
+    BabyLM 2025 revision, `chck_1M`, where the rules name one, else by folder, `words-500K`) and its final model
+    ("main") when it holds one; with `revision` that branch of the Hub repository MODEL, with `all_revisions` its
+    BabyLM revisions in words order and main (`pretrained.hub_revisions`), each at the commit its branch holds now."""
+    from .. import runs
+    from ..pretrained import hub_revisions
+    from ..runs.layout import revision_name, revision_words, words_checkpoints
+
+    if revision is not None or all_revisions:
+        if all_checkpoints or (revision is not None and all_revisions):
+            raise InputError("choose one of --all-checkpoints, --revision and --all-revisions")
+        if revision is not None and revision != "main":
+            revision_words(revision)  # a name the rules do not know is refused before the Hub is asked
+        if Path(model).exists() or not is_hub_id(str(model)):
+            raise InputError(
+                f"{model}: --revision and --all-revisions read the branches of a Hub repository (USER/NAME); for a "
+                "local pretraining run use --all-checkpoints"
+            )
+        branches = hub_revisions(str(model))
+        if revision is not None and revision not in branches:
+            raise InputNotFoundError(
+                f"{model} has no revision {revision} (its BabyLM revisions: {', '.join(branches) or 'none'})"
+            )
+        chosen = [revision] if revision is not None else list(branches)
+        if not chosen:
+            raise InputNotFoundError(f"{model}: no branch named as a BabyLM revision (chck_1M, ...) nor main")
+        return {name: (str(model), branches[name]) for name in chosen}
     if not all_checkpoints:
-        return {"main": str(model)}
+        return {"main": (str(model), None)}
     folder = Path(model)
     if not folder.is_dir():
         raise InputNotADirectoryError(f"{model}: --all-checkpoints needs a pretraining run folder")
-    found = {path.name: str(path) for path in runs.checkpoints(folder)}
-    words = sorted(folder.glob(runs.WORDS_CHECKPOINT + "*"), key=lambda p: _words_seen(p).get("words", 0))
-    found.update({path.name: str(path) for path in words if path.is_dir()})
+    found = {path.name: (str(path), None) for path in runs.checkpoints(folder)}
+    for words, path in words_checkpoints(folder).items():
+        found[revision_name(words) or path.name] = (str(path), None)
     if (folder / "config.json").is_file():
-        found["main"] = str(folder)
+        found["main"] = (str(folder), None)
     if not found:
         raise InputNotFoundError(f"{folder}: no checkpoint-*, words-* or final model to evaluate")
     return found
@@ -356,8 +430,8 @@ def _write_json(path: Path, value) -> None:
     partial.replace(path)
 
 
-def _data_key(folder: Path) -> list:
-    return [[path.name, path.stat().st_size] for path in task_files(folder)]
+def _data_key(folder: Path, task: str) -> list:
+    return [[path.name, path.stat().st_size] for path in task_files(folder, task)]
 
 
 def evaluate_babylm(
@@ -369,19 +443,22 @@ def evaluate_babylm(
     pll: str = "original",
     temperature: float = 1.0,
     all_checkpoints: bool = False,
+    revision: str | None = None,
+    all_revisions: bool = False,
     task_dirs: dict[str, str | Path] | None = None,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     device: str | None = None,
     progress: bool = True,
 ) -> dict:
-    """Scores MODEL (a folder or Hub name; with `all_checkpoints`, every model of a pretraining run) on `tasks` (all
-    of TASKS by default) read from `data` (the official `evaluation_data` layout, or a folder holding the task
+    """Scores MODEL (a folder or Hub name; with `all_checkpoints`, every model of a pretraining run; with `revision`,
+    that branch of a Hub repository, with `all_revisions` its BabyLM revisions and main: `model_folders`) on `tasks`
+    (all of TASKS by default) read from `data` (the official `evaluation_data` layout, or a folder holding the task
     folders; `task_dirs` names a task's folder directly). Every task's files are read and checked before a model
     loads. Writes into `out_dir`: results/<revision>/<task>.json (kept: a rerun or a resumed run skips what is
     done with the same model weights, data, pll and temperature), the official pipeline's layout
-    (<model>/<revision>/zero_shot/<backend>/<task>/<dataset>/predictions.json and best_temperature_report.txt),
-    summary.md / summary.json (a row per revision, a column per task) and, for several revisions, curves/<task>.png.
-    Returns the summary."""
+    (<model name>/<revision>/zero_shot/<backend>/`official_folder`/predictions.json and best_temperature_report.txt;
+    the reading task: reading/predictions.json and its reports), summary.md / summary.json (a row per revision, a
+    column per task, two for reading) and, for several revisions, curves/<column>.png. Returns the summary."""
     import torch
 
     from .. import runs
@@ -394,48 +471,58 @@ def evaluate_babylm(
             raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     if temperature <= 0:
         raise InputError(f"temperature must be positive, got {temperature}")
-    if any(TASKS[task].metric == "spearman" for task in tasks):  # said now, not after the tasks before them
-        require("eval", what="the wug tests' Spearman correlation")
+    if any(TASKS[task].metric in ("spearman", "reading") for task in tasks):  # said now, not after other tasks
+        require("eval", what="the wug tests' Spearman correlation and the reading task's regression")
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
-    revisions = model_folders(model, all_checkpoints)
-    model_name = Path(str(model)).name
+    revisions = model_folders(model, all_checkpoints, revision, all_revisions)
+    model_name = Path(str(model)).stem  # the pipeline's (and collate_preds.py's) model folder
     rows = {}
-    for revision, source in revisions.items():
+    for revision, (source, commit) in revisions.items():
         is_folder = Path(source).is_dir()
-        weights = runs.fingerprint(source) if is_folder else source
+        weights = runs.fingerprint(source) if is_folder else f"{source}@{commit}" if commit else source
         loaded = None
         rows[revision] = {"step": _step(Path(source)) if is_folder else None, **_words_seen(Path(source))}
         for task in tasks:
             result_file = out_dir / "results" / revision / f"{task}.json"
-            key = {"model": weights, "data": _data_key(folders[task]), "pll": pll, "temperature": temperature}
+            key = {"model": weights, "data": _data_key(folders[task], task), "pll": pll, "temperature": temperature}
+            if TASKS[task].metric == "reading":  # the pipeline's reading task takes neither
+                key.update(pll=None, temperature=None)
             if result_file.is_file():
                 kept = json.loads(result_file.read_text(encoding="utf-8"))
                 if kept.get("key") == key:
-                    rows[revision][task] = kept["average"]
+                    rows[revision].update(_summary_values(task, kept))
                     continue
                 logger.info("%s: made with other settings or weights: scored again", result_file)
             if loaded is None:
-                loaded = load_model(source, lm_head=True)
+                loaded = load_model(source, lm_head=True, revision=commit)
                 loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
                 if loaded[2] != "causal" and loaded[1].mask_token_id is None:
                     raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
                 for each in tasks:  # every task's sentences, before the first is scored
-                    check_items(loaded[1], items[each], loaded[2] == "causal")
+                    check = reading.check_words if TASKS[each].metric == "reading" else check_items
+                    check(loaded[1], items[each], loaded[2] == "causal")
             model_object, tokenizer, kind = loaded
             causal = kind == "causal"
             logger.info("%s %s: %d items", revision, task, len(items[task]))
-            scores = score_items(model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress)
-            result = evaluate(task, items[task], scores)
             backend = "causal" if causal else "mlm"
-            official = (
-                out_dir / model_name / revision / "zero_shot" / backend / TASKS[task].official / folders[task].name
-            )
-            _write_json(official / "predictions.json", predictions(task, items[task], scores))
-            (official / "best_temperature_report.txt").write_text(_report(task, result, temperature), encoding="utf-8")
+            official = out_dir / model_name / revision / "zero_shot" / backend / official_folder(task, folders[task])
+            if TASKS[task].metric == "reading":
+                surprisal = reading.surprisals(model_object, tokenizer, items[task], causal, batch_tokens, progress)
+                result = reading.evaluate(items[task], *surprisal)
+                _write_json(official / "predictions.json", reading.predictions(*surprisal))
+                reading.write_reports(official, result)
+            else:
+                scores = score_items(
+                    model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress
+                )
+                result = evaluate(task, items[task], scores)
+                _write_json(official / "predictions.json", predictions(task, items[task], scores))
+                report = _report(task, result, temperature)
+                (official / "best_temperature_report.txt").write_text(report, encoding="utf-8")
             result.update(task=task, revision=revision, items=len(items[task]), backend=backend, key=key)
             _write_json(result_file, result)
-            rows[revision][task] = result["average"]
+            rows[revision].update(_summary_values(task, result))
     summary = {"model": str(model), "pll": pll, "temperature": temperature, "tasks": tasks, "rows": rows}
     _write_json(out_dir / "summary.json", summary)
     (out_dir / "summary.md").write_text(summary_table(summary), encoding="utf-8")
@@ -458,17 +545,17 @@ def _report(task: str, result: dict, temperature: float) -> str:
 
 def summary_table(summary: dict) -> str:
     """A markdown row per revision (with its step and words seen where known), a column per task (accuracies in
-    percent, the wug tests' Spearman's rho)."""
-    tasks = summary["tasks"]
-    header = "| model | step | words | " + " | ".join(SUMMARY_COLUMNS[task] for task in tasks) + " |"
-    lines = [header, "|---" * (len(tasks) + 3) + "|"]
+    percent, the wug tests' Spearman's rho; the reading task's eye-tracking and self-paced reading scores, percent of
+    the variance left by the baseline that surprisal explains)."""
+    columns = list(_columns(summary["tasks"]))
+    header = "| model | step | words | " + " | ".join(SUMMARY_COLUMNS[key] for key, _ in columns) + " |"
+    lines = [header, "|---" * (len(columns) + 3) + "|"]
+    digits = {"spearman": 3, "reading": 2}
     for revision, row in summary["rows"].items():
         cells = []
-        for task in tasks:
-            value = row.get(task)
-            cells.append(
-                "" if value is None else (f"{value:.3f}" if TASKS[task].metric == "spearman" else f"{value:.1f}")
-            )
+        for key, task in columns:
+            value = row.get(key)
+            cells.append("" if value is None else f"{value:.{digits.get(TASKS[task].metric, 1)}f}")
         step = "" if row.get("step") is None else str(row["step"])
         words = "" if row.get("words") is None else f"{row['words']:,}"
         lines.append(f"| {revision} | {step} | {words} | " + " | ".join(cells) + " |")
@@ -481,22 +568,22 @@ def summary_table(summary: dict) -> str:
 
 
 def _curves(summary: dict, folder: Path) -> None:
-    """One PNG per task: its score against the training step of each revision that has one."""
+    """One PNG per summary column: its score against the training step of each revision that has one."""
     from ..plots import plot_curves
 
     folder.mkdir(parents=True, exist_ok=True)
-    for task in summary["tasks"]:
+    units = {"spearman": "Spearman's rho", "reading": "variance explained (%)"}
+    for key, task in _columns(summary["tasks"]):
         points = sorted(
-            (row["step"], row[task]) for row in summary["rows"].values() if row.get("step") is not None and task in row
+            (row["step"], row[key]) for row in summary["rows"].values() if row.get("step") is not None and key in row
         )
         if points:
-            unit = "Spearman's rho" if TASKS[task].metric == "spearman" else "accuracy (%)"
             plot_curves(
-                folder / f"{task}.png",
-                {task: ([p[0] for p in points], [p[1] for p in points])},
+                folder / f"{key}.png",
+                {key: ([p[0] for p in points], [p[1] for p in points])},
                 "training step",
-                unit,
-                SUMMARY_COLUMNS[task],
+                units.get(TASKS[task].metric, "accuracy (%)"),
+                SUMMARY_COLUMNS[key],
             )
 
 
@@ -507,6 +594,7 @@ __all__ = [
     "chosen",
     "evaluate",
     "find_task_folder",
+    "official_folder",
     "predictions",
     "read_task",
     "resolve_data",

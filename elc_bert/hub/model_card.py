@@ -419,15 +419,15 @@ def _architecture(model, templates_dir: Path, num_parameters: str) -> str:
     config, model_class = model.config, type(model).__name__
     if isinstance(model.base_model, LayerFusionModel):
         backbone = config.backbone_config
-        name, description, _ = FUSIONS[config.fusion]
+        fusion = FUSIONS[config.fusion]
         return _fill(
             templates_dir,
             "architecture_layer_fusion.md",
             backbone_type=backbone.model_type,
             backbone_layers=backbone.num_hidden_layers,
             backbone_hidden=backbone.hidden_size,
-            fusion_name=name,
-            fusion_description=description,
+            fusion_name=fusion.name,
+            fusion_description=fusion.description,
             backbone_training="frozen" if config.freeze_backbone else "trainable",
             model_class=model_class,
             num_parameters=num_parameters,

@@ -222,6 +222,21 @@ def _flatten(values: dict, prefix: str = "") -> dict:
     return flat
 
 
+def _defaults(config, keys: set) -> dict:
+    """The defaults of the dotted `keys` of `config`'s class (a nested key: its field's default mapping's entry)."""
+    defaults = {}
+    for field in dataclasses.fields(config):
+        if field.default is not dataclasses.MISSING:
+            value = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            value = field.default_factory()
+        else:
+            continue
+        value = yaml.safe_load(yaml.safe_dump(value))
+        defaults.update(_flatten({field.name: value}) if isinstance(value, dict) else {field.name: value})
+    return {key: defaults[key] for key in keys if key in defaults}
+
+
 def save_config(config, path: str | Path) -> None:
     """Writes the resolved config beside a run's outputs. When the folder already holds work the run would resume or
     reuse (`runs.has_work`: checkpoints, finished trials or tasks), the config must be the one it was started with: a
@@ -234,6 +249,8 @@ def save_config(config, path: str | Path) -> None:
         current = _flatten(yaml.safe_load(yaml.safe_dump(dataclasses.asdict(config))))  # the same types as the file's
         saved = _flatten(saved)
         keys = ({*saved, *current}) - {"output_dir", *getattr(config, "may_change", ())}
+        # a key the saved config lacks was added to the job since: the run was made with its default
+        saved = {**_defaults(config, keys - set(saved)), **saved}
         changed = sorted(key for key in keys if saved.get(key) != current.get(key))
         if changed:
             details = "; ".join(f"{key}: {saved.get(key)!r} -> {current.get(key)!r}" for key in changed)

@@ -7,6 +7,7 @@ from ..data.pretraining import PACKINGS, SpanMaskingCollator
 from ..data.sources import DatasetSource
 from ..models import PRESETS, ElcBertConfig
 from ..models.errors import InputError
+from ..runs.layout import TRACK_CHECKPOINT_WORDS
 from .fields import TRACKERS, check_fields, config_field, report_to_field, training_field
 
 SCHEDULE = "warmup_ratio and final_lr_ratio (the job's warm-up + cosine schedule)"
@@ -92,10 +93,12 @@ class PretrainConfig:
         False, "stream the dataset entries of train_files (packed on the fly, shuffled in a buffer)"
     )
     shuffle_buffer: int = config_field(10_000, "samples in the streaming shuffle buffer", bounds=">= 1")
-    checkpoint_words: list[int] = config_field(
+    checkpoint_words: list[int] | Literal[tuple(TRACK_CHECKPOINT_WORDS)] = config_field(
         [],
         "also keep the model (no optimizer state) when the training samples have shown this many words, e.g. "
-        "[1000000, 2000000, ..., 10000000, 20000000, ..., 100000000] as BabyLM 2025 asks; folder words-1M etc.",
+        "[1000000, 2000000, ..., 10000000, 20000000, ..., 100000000]; a BabyLM 2025 track's name keeps the checkpoints "
+        "its rules ask for (strict-small: 1M ... 10M, 20M ... 100M; strict: on to 1000M); folders words-1M etc., "
+        "pushed as revisions chck_1M etc. by `elc-bert push --revisions`",
         bounds=">= 1",
     )
     report_to: list[Literal[TRACKERS]] = report_to_field()
@@ -125,6 +128,8 @@ class PretrainConfig:
     )
 
     def __post_init__(self):
+        if isinstance(self.checkpoint_words, str) and self.checkpoint_words in TRACK_CHECKPOINT_WORDS:
+            self.checkpoint_words = list(TRACK_CHECKPOINT_WORDS[self.checkpoint_words])
         check_fields(self)
         if not self.train_files:
             raise InputError("train_files is empty")

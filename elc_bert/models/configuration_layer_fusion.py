@@ -10,12 +10,18 @@ from .transformers_compat import PreTrainedConfig, SubConfigSpec, strict
 
 
 class Fusion(NamedTuple):
-    """What a fusion kind (`LayerFusionConfig.fusion`) is: the one place the model, the jobs, the analysis and the
-    model cards read it from."""
+    """What a fusion kind (`LayerFusionConfig.fusion`) is: its one entry, which the config, the model, the jobs, the
+    analysis and the model cards read. A new kind is one entry here and one `FusionModule` in
+    modeling_layer_fusion.py."""
 
     name: str  # as the papers and result tables call it
     description: str  # one sentence, for model cards
+    # The `FusionModule` of modeling_layer_fusion.py that computes it, by class name (as transformers' Auto mappings
+    # name model classes): the config file ships alone as remote code and imports no modeling code.
+    module: str
     depth_weights: bool = False  # it weighs the fused states per token (`mean_depth_weights`, depth profiles)
+    # Each token's output reads that token's states alone, so the model may fuse the wanted tokens only (N x D).
+    per_token: bool = True
 
 
 FUSIONS = {
@@ -23,12 +29,18 @@ FUSIONS = {
         "DWAtt (depth-wise attention)",
         "Each token attends over the depth of the backbone: a query from z_L scores fixed random depth embeddings, "
         "and the weighted sum of per-layer value MLPs is added to z_L.",
+        "DepthWiseAttention",
         depth_weights=True,
     ),
-    "concat": Fusion("Concat", "One linear map of the concatenated states of all layers."),
-    "average": Fusion("Average", "The mean of the states of all layers."),
-    "last": Fusion("Last", "The backbone's last layer alone (the plain baseline)."),
-    "extra_layers": Fusion("Base+n", "Extra freshly initialised layers of the backbone's own kind on top of z_L."),
+    "concat": Fusion("Concat", "One linear map of the concatenated states of all layers.", "ConcatFusion"),
+    "average": Fusion("Average", "The mean of the states of all layers.", "LayerAverage"),
+    "last": Fusion("Last", "The backbone's last layer alone (the plain baseline).", "LastLayer"),
+    "extra_layers": Fusion(
+        "Base+n",
+        "Extra freshly initialised layers of the backbone's own kind on top of z_L.",
+        "ExtraLayers",
+        per_token=False,  # attention mixes the tokens
+    ),
 }
 
 
@@ -43,9 +55,9 @@ class LayerFusionConfig(PreTrainedConfig):
             without one (say, a backbone's own `config.json` given to `LayerFusionFor*.from_pretrained`) is refused,
             since it would build a random backbone; `LayerFusionFor*.from_backbone` wraps a pretrained backbone.
             `get_text_config()` returns it, so that `resize_token_embeddings` updates the backbone's `vocab_size`.
-        fusion (`str`): `"dwatt"` (depth-wise attention), `"concat"` (one linear map of the concatenated states),
-            `"average"`, `"last"` (the plain backbone) or `"extra_layers"` (Base+n: freshly initialised layers of the
-            backbone's own kind on top of z_L).
+        fusion (`str`): a kind of `FUSIONS`: `"dwatt"` (depth-wise attention), `"concat"` (one linear map of the
+            concatenated states), `"average"`, `"last"` (the plain backbone) or `"extra_layers"` (Base+n: freshly
+            initialised layers of the backbone's own kind on top of z_L).
         fuse_embeddings (`bool`): whether z_0, the embedding output, is among the fused states (S = L+1, else L).
         num_extra_layers (`int`): n for `fusion="extra_layers"`.
         bottleneck_ratio (`float`): gamma, the width of DWAtt's bottleneck MLPs as a fraction of the hidden size.

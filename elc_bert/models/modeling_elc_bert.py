@@ -110,6 +110,23 @@ def eager_attention_forward(
     return context.transpose(1, 2).contiguous(), weights
 
 
+# Shared memory per block that FlexAttention's compiled kernel asked for at its default configuration, in bf16 with
+# heads of 64 (Inductor's "Required: 245760" on an H100 with torch 2.11, docs/benchmarks.md).
+FLEX_DEFAULT_SHARED_MEMORY = 245_760
+
+
+def flex_kernel_options(device: torch.device) -> dict | None:
+    """The FlexAttention kernel options that fit `device` when the caller gives none: its defaults (None) off CUDA and
+    on a GPU whose opt-in shared memory per block holds the default configuration; else one pipeline stage
+    (`{"num_stages": 1}`), which holds the kernel's tiles once instead of twice."""
+    if device.type != "cuda":
+        return None
+    properties = torch.cuda.get_device_properties(device)
+    if getattr(properties, "shared_memory_per_block_optin", 0) >= FLEX_DEFAULT_SHARED_MEMORY:
+        return None
+    return {"num_stages": 1}
+
+
 def relative_flex_attention(
     module: nn.Module,
     query: torch.Tensor,
@@ -129,7 +146,8 @@ def relative_flex_attention(
         score(i, j) = q_i . k_j * scaling + content_to_position[i, delta(i, j)] + position_to_content[j, delta(i, j)]
 
     FlexAttention has no attention dropout: training with `attention_probs_dropout_prob` > 0 is refused.
-    `kernel_options` go to `flex_attention` as they are (None: its defaults). Returns the context, B x T x H x d."""
+    `kernel_options` go to `flex_attention` as they are (None: `flex_kernel_options`, what fits the device). Returns
+    the context, B x T x H x d."""
     from torch.nn.attention.flex_attention import flex_attention
 
     if module.training and module.config.attention_probs_dropout_prob > 0:
@@ -145,6 +163,8 @@ def relative_flex_attention(
         )
         return score + relative
 
+    if kernel_options is None:
+        kernel_options = flex_kernel_options(query.device)
     context = flex_attention(
         query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scaling, kernel_options=kernel_options
     )
@@ -214,8 +234,9 @@ class ElcBertAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
-        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: T x T; attention_mask: the
-        mask of `ElcBertModel.block_inputs` (a B x 1 x T x T or B x 1 x 1 x T tensor, a FlexAttention BlockMask, or
+        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: 2 x B x H x T x T, delta(i, j)
+        and its transpose (`ElcBertModel.position_buckets`, expanded); attention_mask: the mask of
+        `ElcBertModel.block_inputs` (a B x 1 x T x T or B x 1 x 1 x T tensor, a FlexAttention BlockMask, or
         None).
 
         Returns the sublayer output (B x T x D) and the attention probabilities (B x H x T x T; None from "sdpa").
@@ -224,7 +245,8 @@ class ElcBertAttention(nn.Module):
         batch, length, width = hidden_states.shape
         heads, head_dim = self.num_heads, self.head_dim
         h = self.pre_layer_norm(hidden_states)
-        query, key = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        # 2 x B x H x T x d: the content query and key, one view of one projection
+        content = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4)
         value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)  # B x H x T x d
 
         # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the scaling is
@@ -234,10 +256,10 @@ class ElcBertAttention(nn.Module):
             position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
         else:
             position = position.view(-1, 2, heads, head_dim).permute(1, 2, 0, 3)
-        query_position, key_position = position.unbind(0)  # each H x (2P-1) x d
-
-        content_to_position = torch.matmul(query, key_position.transpose(-1, -2))  # B x H x T x (2P-1)
-        position_to_content = torch.matmul(key, query_position.transpose(-1, -2))  # B x H x T x (2P-1)
+        # 2 x H x (2P-1) x d: the positional query and key. Both terms in one matrix product, each content vector
+        # against the other kind's positions: [query . key_position, key . query_position], 2 x B x H x T x (2P-1).
+        relative = torch.matmul(content, position.flip(0).transpose(-1, -2).unsqueeze(1))
+        query, key = content.unbind(0)
         if self.config._attn_implementation == "flex_attention":
             context = relative_flex_attention(
                 self,
@@ -246,16 +268,16 @@ class ElcBertAttention(nn.Module):
                 value,
                 attention_mask,
                 self.scaling,
-                content_to_position,
-                position_to_content,
-                position_buckets,
+                *relative.unbind(0),
+                position_buckets[0, 0, 0],
                 kernel_options,
             )
             context = context.reshape(batch, length, width)
             return self.dropout(self.post_layer_norm(self.out_proj(context))), None
-        index = position_buckets.expand(batch, heads, length, length)
-        bias = content_to_position.gather(-1, index)  # [i, j] <- row i at delta(i, j)
-        bias = bias + position_to_content.gather(-1, index.transpose(-1, -2)).transpose(-1, -2)  # row j, delta(i, j)
+        # One gather for both terms: [i, j] <- row i at delta(i, j) (content-to-position); [j, i] <- row j at
+        # delta(i, j) (position-to-content, transposed back).
+        to_position, to_content = relative.gather(-1, position_buckets).unbind(0)
+        bias = to_position + to_content.transpose(-1, -2)
 
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -327,12 +349,35 @@ class ElcBertLayer(GradientCheckpointingLayer):
         return output, probabilities
 
 
+class WeightedSum(torch.autograd.Function):
+    """sum_i w_i y_i for weights w (n) and states y_0..y_{n-1} (each B x T x D) as one matrix-vector product over
+    the stacked states, and its backward as two: dL/dw_i = <g, y_i>, dL/dy_i = w_i g for the output's gradient g.
+    A state's stacked copy lives only inside each call, so autograd keeps no more than the states themselves (which
+    the blocks' outputs are anyway). Runs in the states' dtype, outside autocast."""
+
+    @staticmethod
+    def forward(ctx, weights: torch.Tensor, *states: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(weights, *states)
+        with torch.autocast(states[0].device.type, enabled=False):
+            return torch.mv(torch.stack(states).flatten(1).T, weights).view(states[0].shape)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        weights, *states = ctx.saved_tensors
+        flat = grad.reshape(-1)
+        with torch.autocast(grad.device.type, enabled=False):
+            grad_weights = torch.mv(torch.stack(states).flatten(1), flat) if ctx.needs_input_grad[0] else None
+            grad_states = torch.outer(weights, flat).view(len(states), *grad.shape).unbind(0)
+        return grad_weights, *grad_states
+
+
 class LayerStack:
     """The states y_0, y_1, ... of one forward pass (slot n holds y_n) and the mixtures sum_i alpha_i y_i that the
     blocks read: `write(n, y_n)` fills a slot; `mix(logits)` returns the mixture of the filled slots among the first
     len(logits), with alpha the softmax of their logits (renormalised over the filled ones when some are empty: a
-    layer plan may skip a block). The sum is written out, one multiply-add per state, so that autograd saves no copy
-    of the states for the backward pass and `torch.compile` fuses each mixture into one kernel.
+    layer plan may skip a block). Eager, each mixture is one matrix-vector product (`WeightedSum`), forward and
+    backward: a few large operations in place of two per state; under `torch.compile`, the plain weighted sum, which
+    Inductor fuses into one kernel.
     """
 
     def __init__(self, first: torch.Tensor):
@@ -349,6 +394,9 @@ class LayerStack:
         weights = torch.softmax(logits if len(filled) == len(logits) else logits[filled], dim=0, dtype=torch.float32)
         states = [self.states[slot] for slot in filled]
         weights = weights.to(states[0].dtype)
+        if not torch.compiler.is_compiling():
+            return WeightedSum.apply(weights, *states)
+        # Compiled, the sum written out is one fused kernel that reads each state once (the stack would be copied)
         mixed = weights[0] * states[0]
         for weight, state in zip(weights[1:], states[1:]):
             mixed = mixed + weight * state
@@ -537,11 +585,16 @@ class ElcBertModel(ElcBertPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embeddings.word_embeddings = value
 
-    def position_buckets(self, length: int, device) -> torch.Tensor:
-        """The T x T bucket table of an input of T tokens (longer than M: computed for that length)."""
+    def position_buckets(self, batch_size: int, length: int, device) -> torch.Tensor:
+        """The bucket tables of B inputs of T tokens (longer than M: computed for that length), delta(i, j) and its
+        transpose delta(j, i), the indices of the two positional terms (`ElcBertAttention`): 2 x T x T, expanded (a
+        view) to the 2 x B x H x T x T that the blocks gather with."""
         if length <= self.position_bucket_table.shape[0]:
-            return self.position_bucket_table[:length, :length]
-        return self._bucket_table(length, device)
+            table = self.position_bucket_table[:length, :length]
+        else:
+            table = self._bucket_table(length, device)
+        heads = self.config.num_attention_heads
+        return torch.stack((table, table.T))[:, None, None].expand(2, batch_size, heads, length, length)
 
     def embed(self, input_ids=None, inputs_embeds=None) -> torch.Tensor:
         """y_0 of the ids (or of `inputs_embeds`). Ids outside the vocabulary raise an InputError naming one on the
@@ -561,16 +614,16 @@ class ElcBertModel(ElcBertPreTrainedModel):
     def block_inputs(self, hidden_states: torch.Tensor, attention_mask=None, position_ids=None) -> tuple:
         """What every block reads besides its input, for B x T x D `hidden_states`, a B x T `attention_mask` (1 for
         real tokens, or None) and `position_ids` (B x T or 1 x T, or None): the normalised relative-position table R~
-        ((2P-1) x D), the T x T bucket table and the attention mask: `create_bidirectional_mask`'s, or with
-        `position_ids` the `packed_sequence_mask` (positions only tell packed sequences apart: attention is relative).
-        Blocks stacked on this model's states (Base+n) read the same."""
+        ((2P-1) x D), the bucket tables (`position_buckets`) and the attention mask: `create_bidirectional_mask`'s, or
+        with `position_ids` the `packed_sequence_mask` (positions only tell packed sequences apart: attention is
+        relative). Blocks stacked on this model's states (Base+n) read the same."""
         if position_ids is not None:
             mask = packed_sequence_mask(position_ids.to(hidden_states.device), attention_mask)
         else:
             mask = create_bidirectional_mask(self.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
         if self.config._attn_implementation == "flex_attention" and isinstance(mask, torch.Tensor):
             mask = as_block_mask(mask, *hidden_states.shape[:2])
-        buckets = self.position_buckets(hidden_states.shape[1], hidden_states.device)
+        buckets = self.position_buckets(*hidden_states.shape[:2], hidden_states.device)
         return self.embeddings.relative_table(), buckets, mask
 
     @can_return_tuple
@@ -597,8 +650,9 @@ class ElcBertModel(ElcBertPreTrainedModel):
 
         `kernel_options` (a keyword, as `transformers`' FlexAttention models take it) go to every
         `torch.nn.attention.flex_attention` call under `attn_implementation="flex_attention"`, and are ignored
-        otherwise: e.g. `{"num_stages": 1}` where the compiled kernel's default configuration needs more shared memory
-        than the GPU has (bf16 on an H100 with torch 2.11: docs/benchmarks.md)."""
+        otherwise. Without them the model chooses what fits the device (`flex_kernel_options`: `{"num_stages": 1}`
+        where the compiled kernel's default configuration needs more shared memory than the GPU has, as bf16 on an
+        H100 with torch 2.11: docs/benchmarks.md)."""
         if (input_ids is None) == (inputs_embeds is None):
             raise InputError("pass exactly one of input_ids and inputs_embeds")
         markers = [name for name in PACKING_MARKERS if kwargs.get(name) is not None]

@@ -75,13 +75,49 @@ def fixed_layer_positions(num_states: int, dim: int) -> torch.Tensor:
     return positions.to(device=torch.get_default_device(), dtype=torch.get_default_dtype())
 
 
-class DepthWiseAttention(nn.Module):
-    """DWAtt: h = z_L + sum_n a_n v_n with v_n = LN_n(f_{V,n}(z_n)), k_n = W_K p_n, q = 1 + elu(z_L + f_Q(z_L)),
-    a = softmax_n(q . k_n). The depth embeddings p_n are fixed U[0, 1) vectors (a buffer, `fixed_layer_positions`).
-    Like every fusion module (`FUSION_MODULES`), it is built from the config and the backbone (unused here)."""
+class FusionModule(nn.Module):
+    """The module of a fusion kind (the class its `FUSIONS` entry names): built from the config and the backbone, it
+    maps the backbone's states z_0..z_L to one state per token, with one `forward` for every kind. A kind that fuses
+    reads z_0 only with `config.fuse_embeddings` (`fused_states`)."""
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
         super().__init__()
+        self.first_state = 0 if config.fuse_embeddings else 1
+
+    def fused_states(self, states: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The S states that the kind fuses: z_0..z_L, or z_1..z_L without `fuse_embeddings`."""
+        return states[self.first_state :]
+
+    def forward(self, states, attention_mask=None, backbone=None, position_ids=None, kernel_options=None):
+        """states: z_0..z_L, each B x T x D, or each N x D for the N wanted tokens of a per-token kind
+        (`Fusion.per_token`); attention_mask (B x T, 1 = real token, or None), backbone (the model's), position_ids
+        and kernel_options (FlexAttention's), as the backbone took them: read by the kinds that run the backbone's
+        own layers. Returns the fused states (B x T x D, or N x D) and the depth weights (B x T x S, or N x S), or
+        None for a kind without (`Fusion.depth_weights`)."""
+        raise NotImplementedError
+
+
+class LastLayer(FusionModule):
+    """Last: h = z_L, the backbone's own output (the plain baseline); no parameters."""
+
+    def forward(self, states, attention_mask=None, backbone=None, position_ids=None, kernel_options=None):
+        return states[-1], None
+
+
+class LayerAverage(FusionModule):
+    """Average: h = (1/S) sum_n z_n; no parameters."""
+
+    def forward(self, states, attention_mask=None, backbone=None, position_ids=None, kernel_options=None):
+        return torch.stack(self.fused_states(states)).mean(0), None
+
+
+class DepthWiseAttention(FusionModule):
+    """DWAtt: h = z_L + sum_n a_n v_n with v_n = LN_n(f_{V,n}(z_n)), k_n = W_K p_n, q = 1 + elu(z_L + f_Q(z_L)),
+    a = softmax_n(q . k_n). The depth embeddings p_n are fixed U[0, 1) vectors (a buffer, `fixed_layer_positions`).
+    The backbone is unused here."""
+
+    def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
+        super().__init__(config, backbone)
         hidden = config.backbone_config.hidden_size
         inner = max(1, round(config.bottleneck_ratio * hidden))
         eps = getattr(config.backbone_config, "layer_norm_eps", 1e-12)
@@ -93,8 +129,9 @@ class DepthWiseAttention(nn.Module):
         self.register_buffer("layer_positions", fixed_layer_positions(num_states, config.layer_position_dim))
         self.scale = 1 / math.sqrt(hidden) if config.scaled_depth_attention else 1.0
 
-    def forward(self, states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """states: S tensors B x T x D. Returns the fused states (B x T x D) and the depth weights (B x T x S)."""
+    def forward(self, states, attention_mask=None, backbone=None, position_ids=None, kernel_options=None):
+        """Returns the fused states (B x T x D) and the depth weights (B x T x S) over the S fused states."""
+        states = self.fused_states(states)
         last = states[-1]
         values = torch.stack(
             [norm(mlp(state)) for mlp, norm, state in zip(self.value_mlps, self.value_layer_norms, states)], dim=-2
@@ -107,21 +144,22 @@ class DepthWiseAttention(nn.Module):
         return fused, weights
 
 
-class ConcatFusion(nn.Module):
+class ConcatFusion(FusionModule):
     """h = W [z_0; ...; z_L] + b: one linear map of the concatenated states (optionally + z_L)."""
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel | None = None):
-        super().__init__()
+        super().__init__(config, backbone)
         hidden = config.backbone_config.hidden_size
         self.proj = nn.Linear(config.num_fused_states * hidden, hidden)
         self.residual = config.concat_residual
 
-    def forward(self, states):
+    def forward(self, states, attention_mask=None, backbone=None, position_ids=None, kernel_options=None):
+        states = self.fused_states(states)
         fused = self.proj(torch.cat(states, dim=-1))
         return (fused + states[-1] if self.residual else fused), None
 
 
-class ExtraLayers(nn.Module):
+class ExtraLayers(FusionModule):
     """Base+n: n freshly initialised layers of the backbone's own kind stacked on z_L.
 
     On an ELC-BERT backbone each extra block is one more ELC block: it reads its own learned mixture of all the
@@ -130,7 +168,7 @@ class ExtraLayers(nn.Module):
     """
 
     def __init__(self, config: LayerFusionConfig, backbone: PreTrainedModel):
-        super().__init__()
+        super().__init__(config, backbone)
         existing = backbone.encoder.layers if isinstance(backbone, ElcBertModel) else backbone.encoder.layer
         layer_class = type(existing[-1])
         depth = config.backbone_config.num_hidden_layers
@@ -138,11 +176,10 @@ class ExtraLayers(nn.Module):
             layer_class(config.backbone_config, depth + i) for i in range(config.num_extra_layers)
         )
 
-    def forward(self, states, attention_mask, backbone, position_ids=None, kernel_options=None):
-        """states: z_0..z_L, each B x T x D; attention_mask: B x T (1 = real token) or None; position_ids: as the
-        backbone took them (on ELC-BERT, packed sequences stay apart in the extra blocks too); kernel_options:
-        FlexAttention's, for every extra block. Returns the last extra layer's output (B x T x D) and None (no depth
-        weights)."""
+    def forward(self, states, attention_mask=None, backbone=None, position_ids=None, kernel_options=None):
+        """Reads all of z_0..z_L (B x T x D), whatever `fuse_embeddings` says; on ELC-BERT, packed sequences
+        (`position_ids`) stay apart in the extra blocks too; `kernel_options` go to every extra block. Returns the
+        last extra layer's output (B x T x D) and None (no depth weights)."""
         extra = {} if kernel_options is None else {"kernel_options": kernel_options}
         hidden_states = states[-1]
         if isinstance(backbone, ElcBertModel):
@@ -165,10 +202,6 @@ class ExtraLayers(nn.Module):
             if stack is not None:
                 stack.write(slot, hidden_states)
         return hidden_states, None
-
-
-# The module of each fusion kind that has parameters (`FUSIONS` says what each kind is).
-FUSION_MODULES = {"dwatt": DepthWiseAttention, "concat": ConcatFusion, "extra_layers": ExtraLayers}
 
 
 class LayerFusionPreTrainedModel(PreTrainedModel):
@@ -289,8 +322,8 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         super().__init__(config)
         backbone = backbone if backbone is not None else build_backbone(config.backbone_config, AutoModel)
         self.backbone = _without_pooler(backbone)
-        if config.fusion in FUSION_MODULES:  # the others (last, average) have no parameters
-            self.fusion = FUSION_MODULES[config.fusion](config, self.backbone)
+        # The FusionModule that the kind's entry names, a class of this file.
+        self.fusion = globals()[FUSIONS[config.fusion].module](config, self.backbone)
         self.feature_cache = None
         self.post_init()
         self.apply_freezing()
@@ -393,7 +426,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         wanted = positions if positions is not None else real
         # Fusing per token, only the wanted tokens need work: a batch of short and long sentences is mostly padding.
         # The hidden states keep the B x T layout, so asking for them turns this off.
-        pack = wanted is not None and not (bool(wanted.all()) or want_states or self.config.fusion == "extra_layers")
+        pack = wanted is not None and FUSIONS[self.config.fusion].per_token and not (bool(wanted.all()) or want_states)
         kernel_options = kwargs.get("kernel_options")
         states = self.backbone_states(
             input_ids,
@@ -403,16 +436,7 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
             position_ids=position_ids,
             kernel_options=kernel_options,
         )
-        fused_states = states if self.config.fuse_embeddings else states[1:]
-        depth_weights = None
-        if self.config.fusion == "last":
-            fused = states[-1]
-        elif self.config.fusion == "average":
-            fused = torch.stack(fused_states).mean(0)
-        elif self.config.fusion == "extra_layers":
-            fused, _ = self.fusion(states, attention_mask, self.backbone, position_ids, kernel_options)
-        else:
-            fused, depth_weights = self.fusion(fused_states)
+        fused, depth_weights = self.fusion(states, attention_mask, self.backbone, position_ids, kernel_options)
         if pack and positions is None:  # back to B x T
             fused = _unpack(fused, wanted)
             depth_weights = _unpack(depth_weights, wanted) if depth_weights is not None else None
@@ -428,7 +452,8 @@ class LayerFusionModel(LayerFusionPreTrainedModel):
         the real tokens of `batches`, dicts holding `input_ids` and `attention_mask` (B x T; other keys are ignored).
         Runs in the model's current mode (call `eval()` first for the deterministic profile)."""
         if not FUSIONS[self.config.fusion].depth_weights:
-            raise InputError(f"mean_depth_weights needs fusion='dwatt', not {self.config.fusion!r}")
+            kinds = " or ".join(f"fusion={kind!r}" for kind, fusion in FUSIONS.items() if fusion.depth_weights)
+            raise InputError(f"mean_depth_weights needs {kinds}, not {self.config.fusion!r}")
         total, count = 0.0, 0
         for batch in batches:
             input_ids, attention_mask = batch["input_ids"].to(self.device), batch["attention_mask"].to(self.device)
@@ -605,6 +630,9 @@ __all__ = [
     "LayerFusionForSequenceClassification",
     "LayerFusionForMaskedLM",
     "LayerFusionOutput",
+    "FusionModule",
+    "LastLayer",
+    "LayerAverage",
     "DepthWiseAttention",
     "ConcatFusion",
     "ExtraLayers",

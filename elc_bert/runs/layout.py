@@ -1,5 +1,6 @@
 """The run folder's layout: the file and folder names each job writes (listed in `elc_bert.runs`), which job made a
-folder, and what in it counts as work a rerun must resume under the same config.
+folder, and what in it counts as work a rerun must resume under the same config; and the names that the BabyLM 2025
+rules give a pretraining run's words-seen checkpoints as revisions of a Hub repository (`revision_name`).
 """
 
 import json
@@ -42,7 +43,7 @@ STARTING_LOCK = ".starting.lock"  # held while a process checks a shared run's c
 
 MODEL_FINGERPRINTS = "model_fingerprints.jsonl"
 
-WORDS_CHECKPOINT = "words-"  # a pretraining run's model after N words: words-1M, words-10M, ...
+WORDS_CHECKPOINT = "words-"  # a pretraining run's model after N words: words-1M, words-10M, ... (`words_checkpoint`)
 
 WORDS_SEEN = "words_seen.json"  # in a words-seen checkpoint: the words, milestone and step
 
@@ -59,6 +60,62 @@ EVAL_LOSS_PLOT = "eval_loss.png"  # mlm
 F1_VS_N_PLOT = "f1_vs_n.png"  # finetune-ner
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")  # any of them makes a tokenizer folder
+
+
+# BabyLM 2025: a submission's checkpoints are revisions (branches) of its Hub repository named by the words seen,
+# chck_1M ... chck_9M, chck_10M ... chck_100M and, but for the strict-small track, chck_200M ... chck_1000M (the
+# official pipeline's collate_preds.py and eval_zero_shot_fast_all_revisions.sh). A run keeps its words-seen
+# checkpoints as words-<W>/ (runs made before revisions were pushed stay readable); this is the one map between the two.
+REVISION_PREFIX = "chck_"
+
+TRACK_CHECKPOINT_WORDS = {  # `checkpoint_words: strict-small` (or strict) keeps these
+    "strict-small": tuple(m * 10**6 for m in (*range(1, 10), *range(10, 101, 10))),
+    "strict": tuple(m * 10**6 for m in (*range(1, 10), *range(10, 100, 10), *range(100, 1001, 100))),
+}
+
+REVISION_WORDS = {f"{REVISION_PREFIX}{words // 10**6}M": words for words in TRACK_CHECKPOINT_WORDS["strict"]}
+
+
+def revision_name(words: int) -> str | None:
+    """The BabyLM 2025 revision of the checkpoint after `words` words (1000000 -> "chck_1M"); None for a count the
+    rules name no revision for (a run may keep other checkpoints too)."""
+    name = f"{REVISION_PREFIX}{words // 10**6}M"
+    return name if REVISION_WORDS.get(name) == words else None
+
+
+def revision_words(name: str) -> int:
+    """The words seen of the BabyLM 2025 revision `name` ("chck_1M" -> 1000000); InputError naming a name the rules do
+    not know."""
+    if name not in REVISION_WORDS:
+        raise InputError(
+            f"revision {name!r} is not one the BabyLM 2025 rules name: they are chck_1M ... chck_9M, chck_10M ... "
+            "chck_100M and (but for strict-small) chck_200M ... chck_1000M, besides main"
+        )
+    return REVISION_WORDS[name]
+
+
+def words_label(words: int) -> str:
+    """1000000 -> "1M", 2500000000 -> "2.5B": the name part of a words-seen checkpoint."""
+    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
+        if words >= size:
+            return f"{words / size:g}{unit}"
+    return str(words)
+
+
+def words_checkpoint(run_dir: str | Path, words: int) -> Path:
+    """The folder of a pretraining run's model after `words` words: words-1M, words-2.5B, words-500."""
+    return Path(run_dir) / f"{WORDS_CHECKPOINT}{words_label(words)}"
+
+
+def words_checkpoints(run_dir: str | Path) -> dict[int, Path]:
+    """{milestone: folder} of a pretraining run's words-seen checkpoints, in words order (the milestone each folder
+    records in words_seen.json; a folder without one is passed over)."""
+    found = {}
+    for folder in Path(run_dir).glob(WORDS_CHECKPOINT + "*"):
+        seen = folder / WORDS_SEEN
+        if seen.is_file():
+            found[json.loads(seen.read_text(encoding="utf-8"))["milestone"]] = folder
+    return dict(sorted(found.items()))
 
 
 def config_file(run_dir: str | Path, job: str) -> Path:

@@ -1,25 +1,40 @@
-"""`elc-bert finetune-glue`: the BabyLM (Super)GLUE subset, fine-tuned with the Trainer and early stopping.
+"""`elc-bert finetune-glue`: the BabyLM (Super)GLUE subset, fine-tuned with the Trainer.
 
-Tasks and metrics (the BabyLM 2023 list, as the ELC-BERT paper, arXiv 2311.02265, scores it): CoLA
-(Matthews correlation), SST-2, MRPC (F1), QQP (F1), MNLI and MNLI-mm (accuracy), QNLI, RTE, BoolQ, MultiRC, WSC
-(accuracy). MultiRC: the docs name F1 only for MRPC and QQP, so its score is the accuracy over answer options (each
-(paragraph, question, answer) row is one binary example); the per-question exact match and the F1 over answer options
-(F1a) are reported beside it. MNLI is trained once and evaluated on the matched and the mismatched dev sets, which
-are reported as the two BabyLM entries `mnli` and `mnli-mm`.
+Tasks and metrics (the BabyLM 2023 list, as the ELC-BERT paper, arXiv 2311.02265, scores it): CoLA (Matthews
+correlation), SST-2, MRPC (F1), QQP (F1), MNLI and MNLI-mm (accuracy), QNLI, RTE, BoolQ, MultiRC, WSC (accuracy); a
+binary task reports accuracy, F1 and MCC, as the BabyLM 2025 pipeline does. MultiRC: the docs name F1 only for MRPC
+and QQP, so its score is the accuracy over answer options (each (paragraph, question, answer) row is one binary
+example); the per-question exact match and the F1 over answer options (F1a) are reported beside it. MNLI is trained
+once and evaluated on the matched and the mismatched dev sets, which are reported as the two BabyLM entries `mnli`
+and `mnli-mm`.
 
-Every model loads through `AutoModelForSequenceClassification.from_pretrained(model, num_labels=...)`: an ELC-BERT /
-LTG-BERT run directory or model folder (`import elc_bert` registers them), or any stock encoder such as BERT.
-Sentence pairs go through the tokenizer's pair encoding ([CLS] a [SEP] b [SEP]). The BabyLM files have no test
-labels, so (as the BabyLM pipeline does) the validation split is both the early-stopping set and the reported one.
+Every model loads through `AutoModelForSequenceClassification.from_pretrained(model, num_labels=...)` (`head:
+model`), or as `BabyLMClassifier` over `AutoModel.from_pretrained(model)` (`head: babylm-2025`, the BabyLM 2025
+evaluation pipeline's classifier): an ELC-BERT / LTG-BERT run directory or model folder (`import elc_bert` registers
+them), or any stock encoder such as BERT. Sentence pairs go through the tokenizer's pair encoding ([CLS] a [SEP] b
+[SEP]), made as the pipeline makes them (`data.glue.text_pair`). The BabyLM files have no test labels, so (as the
+BabyLM pipelines do) the validation split is both the model-selection set and the reported one.
+
+The BabyLM 2025 pipeline's fine-tuning (`configs/glue/babylm-2025.yaml`, from its eval_finetuning.sh and
+evaluation_pipeline/finetune/): head babylm-2025, AdamW (weight decay 0.01) with 6% warm-up and cosine decay to 0.1 x
+the peak learning rate 3e-5, batch 32 (16 for BoolQ and MultiRC), 10 epochs (30 for WSC), sequences cut at 512
+tokens, seed 42, evaluated after every epoch on the dev set, whose best epoch (by F1 for MRPC and QQP, else accuracy;
+the first of equals) predicts it. What differs, all far below seed noise: the Trainer's own data order, the last
+partial batch of an epoch trained on (the pipeline drops it), and no weight decay on biases and norm weights (the
+Trainer's rule; the pipeline decays every parameter).
 
 Data: a folder of `<task>.train.jsonl(.gz)` / `<task>.valid.jsonl(.gz)` files (`babylm_eval_2024/glue_filtered/`),
 plus `extra_data_dirs` searched after it for files it lacks (the 10k MNLI / QQP training subsets of
-`glue_filtered_2025_extra/`); the tasks and their files are `elc_bert.data.glue`'s. A task without a training file
-is skipped with a warning naming the expected path.
+`glue_filtered_2025_extra/`); the tasks and their files are `elc_bert.data.glue`'s. A task without its training or
+dev file is refused, naming the task and the paths looked for, before any model loads.
 
 Output (read by `elc-bert scorecard`): `OUTPUT_DIR/glue/<task>/result.json` = {"task", "metric_name", "metric",
 "all_metrics", "num_train", "num_eval", "epochs_run", ...} (metrics as fractions in [0, 1]), a `dev_metric.png` per
 task, and `OUTPUT_DIR/glue/results.json` + `results.md` over all tasks. A task whose result.json exists is not rerun.
+With `predictions_dir`, each task's dev predictions also go where the BabyLM 2025 pipeline writes them, for its
+collation (`collate_preds.py`): PREDICTIONS_DIR/<model name>/main/finetune/<task>/predictions.json =
+{"<task>": {"predictions": [{"id": "<task>_<i>", "pred": <class>}, ...]}} in the dev file's order, beside results.txt
+("accuracy: ...", one metric a line); MNLI's are of its matched dev set.
 """
 
 import json
@@ -29,17 +44,20 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+from torch import nn
 from transformers import (
     AutoConfig,
+    AutoModel,
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
     EarlyStoppingCallback,
     Trainer,
     set_seed,
 )
+from transformers.modeling_outputs import SequenceClassifierOutput
 
 from .. import runs
-from ..data.glue import BABYLM_ENTRIES, SUFFIXES, TASKS, GlueTask, encode, find_split, read_task_file
+from ..data.glue import BABYLM_ENTRIES, TASKS, GlueTask, encode, read_task_file, task_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
@@ -61,6 +79,40 @@ with needs("eval", "elc-bert finetune-glue"):
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"  # a task's Trainer checkpoints (glue/<task>/checkpoints), removed once it is scored
+PIPELINE_METRICS = ("accuracy", "f1", "mcc")  # what the BabyLM 2025 pipeline reports (its results.txt), in its order
+
+
+# ---------------------------------------------------------------------------------------------------------- head
+class BabyLMClassifier(nn.Module):
+    """The BabyLM 2025 evaluation pipeline's sequence classifier (its finetune/classifier_model.py) around any encoder
+    (an `AutoModel`): the encoder's last hidden state at the first position, B x D, through LayerNorm -> Linear(D, D)
+    -> GELU -> LayerNorm -> dropout -> Linear(D, num_labels) gives the logits, B x num_labels; the LayerNorms have no
+    weights (eps 1e-5) and the Linear layers keep PyTorch's initialisation, as in the pipeline's plain torch module.
+    The encoder is given input_ids and attention_mask only (no token_type_ids), as the pipeline calls it; the loss is
+    the mean cross-entropy."""
+
+    def __init__(self, encoder: nn.Module, num_labels: int, dropout: float = 0.1, layer_norm_eps: float = 1e-5):
+        super().__init__()
+        self.encoder = encoder
+        size = encoder.config.hidden_size
+        self.classifier = nn.Sequential(
+            nn.LayerNorm(size, layer_norm_eps, elementwise_affine=False),
+            nn.Linear(size, size),
+            nn.GELU(),
+            nn.LayerNorm(size, layer_norm_eps, elementwise_affine=False),
+            nn.Dropout(dropout),
+            nn.Linear(size, num_labels),
+        )
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.encoder.get_input_embeddings()
+
+    def forward(self, input_ids, attention_mask=None, labels=None) -> SequenceClassifierOutput:
+        """input_ids, attention_mask: B x T; labels: B (class ids)."""
+        states = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        logits = self.classifier(states[:, 0])
+        loss = nn.functional.cross_entropy(logits, labels) if labels is not None else None
+        return SequenceClassifierOutput(loss=loss, logits=logits)
 
 
 # ------------------------------------------------------------------------------------------------------- metrics
@@ -75,12 +127,14 @@ def multirc_scores(labels, predictions, question_ids) -> dict:
 
 
 def task_metrics(task: GlueTask, labels, predictions) -> dict:
-    """Every metric reported for `task` (fractions); `task.metric` is among them."""
+    """Every metric reported for `task` (fractions), `task.metric` among them: accuracy, and for a binary task (as the
+    BabyLM 2025 pipeline reports them) F1 of the positive class (label 1; 0 when there is no positive gold or guess)
+    and the Matthews correlation (0 for a constant guess)."""
     metrics = {"accuracy": float(accuracy_score(labels, predictions))}
-    if task.metric == "mcc":
-        metrics["mcc"] = float(matthews_corrcoef(labels, predictions))
-    if task.metric == "f1":  # of the positive class (label 1); 0 when there is no positive gold or guess
+    if task.num_labels == 2:
         metrics["f1"] = float(f1_score(labels, predictions, zero_division=0.0))
+    if task.num_labels == 2 or task.metric == "mcc":
+        metrics["mcc"] = float(matthews_corrcoef(labels, predictions))
     return metrics
 
 
@@ -91,6 +145,23 @@ def resolve_output_dir(config: FinetuneGlueConfig) -> Path:
     if Path(config.model).is_dir():
         return Path(config.model)
     return Path("runs") / "glue" / config.model.replace("/", "__")
+
+
+def predictions_folder(predictions_dir: str | Path, model: str, task: str) -> Path:
+    """Where the BabyLM 2025 pipeline writes `task`'s fine-tuning predictions of the final model: its results tree's
+    <model name>/main/finetune/<task>/ (the model name as the pipeline names it: the last part of the model's path or
+    Hub name, without a suffix)."""
+    return Path(predictions_dir) / Path(model.rstrip("/")).stem / "main" / "finetune" / task
+
+
+def write_pipeline_predictions(folder: Path, task: GlueTask, predictions, metrics: dict) -> None:
+    """`folder`/predictions.json ({task: {"predictions": [{"id": "<task>_<i>", "pred": class}]}}, i in dev-file
+    order) and results.txt (one "metric: value" line per metric the pipeline reports), as the pipeline writes them."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": f"{task.name}_{i}", "pred": int(pred)} for i, pred in enumerate(predictions)]
+    (folder / "predictions.json").write_text(json.dumps({task.name: {"predictions": rows}}))
+    lines = [f"{name}: {metrics[name]}" for name in PIPELINE_METRICS if name in metrics]
+    (folder / "results.txt").write_text("\n".join(lines))
 
 
 def _question_key(row: dict) -> str:
@@ -107,28 +178,13 @@ def _dev_metric_fn(task: GlueTask):
     return compute
 
 
-def task_files(task: GlueTask, folders: list[Path]) -> tuple[Path, dict[str, Path]] | None:
-    """The task's training file and its dev file of each of its entries (`GlueTask.entries`), the first found in
-    `folders`; None, with a warning naming the expected path, when one is missing."""
-    train_path = find_split(folders, task.name, "train")
-    if train_path is None:
-        expected = " or ".join(str(folders[0] / f"{task.name}.train{suffix}") for suffix in SUFFIXES)
-        searched = f" (also searched {', '.join(map(str, folders[1:]))})" if len(folders) > 1 else ""
-        logger.warning("skipping %s: no training split, expected %s%s", task.name, expected, searched)
-        return None
-    dev_paths = {}
-    for entry in task.entries:
-        dev_paths[entry] = find_split(folders, entry, "valid")
-        if dev_paths[entry] is None:
-            expected = " or ".join(str(folders[0] / f"{entry}.valid{suffix}") for suffix in SUFFIXES)
-            logger.warning("skipping %s: no validation split, expected %s", task.name, expected)
-            return None
-    return train_path, dev_paths
-
-
 def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
-    labels = {"num_labels": task.num_labels, "problem_type": "single_label_classification"}
+    """The model of `task` with a fresh classifier (`config.head`), its base model's weights checked."""
     source = resolve_model(config.model)
+    if config.head == "babylm-2025":
+        return _babylm_classifier(config, task, tokenizer, source)
+    dropout = {} if config.classifier_dropout is None else {"classifier_dropout": config.classifier_dropout}
+    labels = {"num_labels": task.num_labels, "problem_type": "single_label_classification", **dropout}
     model, info = load_pretrained(AutoModelForSequenceClassification, source, **labels)
     if not config.allow_unloaded_weights:
         check_fine_tuning_start(source, model, info, UNLOADED_HINT)
@@ -140,23 +196,50 @@ def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
     return model
 
 
+def _babylm_classifier(config: FinetuneGlueConfig, task: GlueTask, tokenizer, source) -> BabyLMClassifier:
+    """`BabyLMClassifier` over the model's encoder. The pooler of a BERT-family encoder is dropped: the head reads the
+    first position's state, so the pooler would never be trained (nor need its weights in the checkpoint)."""
+    encoder, info = load_pretrained(AutoModel, source)
+    if getattr(encoder, "pooler", None) is not None:
+        encoder.pooler = None
+        info = {**info, "missing_keys": [key for key in info["missing_keys"] if not key.startswith("pooler.")]}
+    if not config.allow_unloaded_weights:
+        check_fine_tuning_start(source, encoder, info, UNLOADED_HINT)
+    check_vocabulary(tokenizer, encoder, source)
+    dropout = {} if config.classifier_dropout is None else {"dropout": config.classifier_dropout}
+    return BabyLMClassifier(encoder, task.num_labels, **dropout)
+
+
+def training_steps(config: FinetuneGlueConfig, examples: int, batch_size: int, epochs: float) -> tuple[int, int]:
+    """(optimiser steps per epoch, in all) of `examples` in batches of `batch_size`, as the Trainer counts them."""
+    accumulation = int(config.training.get("gradient_accumulation_steps", 1))
+    batches = math.ceil(examples / batch_size)
+    if config.training.get("dataloader_drop_last"):
+        batches = examples // batch_size
+    per_epoch = max(batches // accumulation, 1)
+    return per_epoch, math.ceil(epochs * per_epoch)
+
+
 def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train, dev, checkpoints: Path, patience):
     """The Trainer of one task: evaluated on `dev` every epoch (or every `eval_steps`, at most one epoch apart), the
     best checkpoint by the task's metric loaded at the end, stopped after `patience` evaluations without
-    improvement."""
+    improvement (None: never)."""
     strategy = "steps" if config.eval_steps else "epoch"
+    batch_size = config.task_batch_size.get(task.name, config.batch_size)
+    epochs = config.task_epochs.get(task.name, config.epochs)
+    steps_per_epoch, steps = training_steps(config, len(train), batch_size, epochs)
     # Never fewer than one evaluation per epoch: the BabyLM cadence (200 steps) would skip most small tasks' epochs.
-    accumulation = int(config.training.get("gradient_accumulation_steps", 1))
-    steps_per_epoch = max(1, math.ceil(len(train) / (config.batch_size * accumulation)))
     eval_every = min(config.eval_steps, steps_per_epoch) if config.eval_steps else None
     cadence = dict(eval_steps=eval_every, save_steps=eval_every) if eval_every else {}
+    # A fraction of the steps rounded down, as the BabyLM 2025 pipeline has it (the Trainer's warmup_steps < 1, up).
+    warmup = int(config.warmup * steps) if config.warmup < 1 else int(config.warmup)
     owned = dict(
         seed=config.seed,
-        num_train_epochs=config.epochs,
+        num_train_epochs=epochs,
         learning_rate=config.learning_rate,
-        warmup_steps=config.warmup,
+        warmup_steps=warmup,
         weight_decay=config.weight_decay,
-        per_device_train_batch_size=config.batch_size,
+        per_device_train_batch_size=batch_size,
         per_device_eval_batch_size=config.eval_batch_size,
         eval_strategy=strategy,
         save_strategy=strategy,
@@ -183,20 +266,21 @@ def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train
         eval_dataset={"dev": dev},  # early stopping on the task's own dev set (MNLI: matched only)
         data_collator=DataCollatorWithPadding(tokenizer),
         compute_metrics=_dev_metric_fn(task),
-        callbacks=[EarlyStoppingCallback(early_stopping_patience=patience), StopOnNonFiniteLoss()],
+        callbacks=[StopOnNonFiniteLoss()]
+        + ([EarlyStoppingCallback(early_stopping_patience=patience)] if patience is not None else []),
     )
 
 
-def dev_scores(trainer: Trainer, task: GlueTask, dev, rows: list[dict]) -> dict:
+def dev_scores(trainer: Trainer, task: GlueTask, dev, rows: list[dict]) -> tuple[dict, np.ndarray]:
     """Every metric of `task` (`task_metrics`; MultiRC's exact match and F1a too) of the trainer's model on `dev`,
-    the encoded `rows`."""
+    the encoded `rows`, and its predicted classes."""
     predictions = np.argmax(trainer.predict(dev).predictions, axis=-1)
     gold = [row["label"] for row in rows]
     metrics = task_metrics(task, gold, predictions)
     if task.name == "multirc":
         # A question is (paragraph id, question id) in the BabyLM files' `idx`; without ids, its text.
         metrics.update(multirc_scores(gold, predictions, [_question_key(row) for row in rows]))
-    return metrics
+    return metrics, predictions
 
 
 def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: GlueTask, glue_dir: Path, results: dict):
@@ -231,11 +315,8 @@ def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: Glu
 
 
 def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path], glue_dir: Path, tokenizer):
-    """Fine-tunes one task; returns its result dicts ({entry: result}, two for MNLI) or None when it is skipped."""
-    files = task_files(task, folders)
-    if files is None:
-        return None
-    train_path, dev_paths = files
+    """Fine-tunes one task; returns its result dicts ({entry: result}, two for MNLI)."""
+    train_path, dev_paths = task_files(task, folders)
     train_rows = read_task_file(train_path, task, config.max_train_examples)
     dev_rows = {entry: read_task_file(path, task, config.max_eval_examples) for entry, path in dev_paths.items()}
     train = encode(tokenizer, task, train_rows, config.max_length)
@@ -243,7 +324,9 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
 
     set_seed(config.seed)
     model = _model(config, task, tokenizer)
-    patience = config.large_task_patience if task.name in config.large_tasks else config.patience
+    patience = config.patience
+    if patience is not None and task.name in config.large_tasks:
+        patience = config.large_task_patience
     checkpoints = glue_dir / task.name / CHECKPOINTS
     trainer = _trainer(config, task, model, tokenizer, train, devs[task.name], checkpoints, patience)
     trainer.train()
@@ -252,7 +335,11 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
 
     results = {}
     for entry, rows in dev_rows.items():
-        metrics = dev_scores(trainer, task, devs[entry], rows)  # the best model (load_best_model_at_end)
+        metrics, predictions = dev_scores(trainer, task, devs[entry], rows)  # the best model (load_best_model_at_end)
+        if config.predictions_dir is not None and entry == task.name:  # written before result.json marks it done
+            write_pipeline_predictions(
+                predictions_folder(config.predictions_dir, config.model, entry), task, predictions, metrics
+            )
         results[entry] = {
             "task": entry,
             "metric_name": task.metric,
@@ -260,6 +347,7 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
             "all_metrics": metrics,
             "num_train": len(train_rows),
             "num_eval": len(rows),
+            "batch_size": trainer.args.per_device_train_batch_size,
             "epochs_run": float(trainer.state.epoch or 0.0),
             "trained_as": task.name,
             "train_file": str(train_path),
@@ -292,31 +380,33 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     check_max_length(config.max_length, AutoConfig.from_pretrained(source), tokenizer, source)
     writes = writes_run_folder()
     with runs.hold_run_folder(glue_dir, "finetune-glue", writes=writes), runs.naming_full_disk(glue_dir):
+        for name in config.tasks:  # every task's files, before anything is written or any model loads
+            if not _finished(glue_dir, TASKS[name]):
+                task_files(TASKS[name], folders)
         if writes:
             glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
             save_config(config, runs.config_file(glue_dir, "finetune-glue"))
         return _finetune_tasks(config, folders, glue_dir, tokenizer)
 
 
+def _finished(glue_dir: Path, task: GlueTask) -> bool:
+    return all((glue_dir / entry / runs.RESULT).is_file() for entry in task.entries)
+
+
 def _finetune_tasks(config: FinetuneGlueConfig, folders: list[Path], glue_dir: Path, tokenizer) -> dict:
-    results, skipped = {}, {}
+    results = {}
     for name in config.tasks:
         task = TASKS[name]
-        done = [glue_dir / entry / runs.RESULT for entry in task.entries]
-        if all(path.is_file() for path in done):
-            for entry, path in zip(task.entries, done):
-                results[entry] = json.loads(path.read_text())
+        if _finished(glue_dir, task):
+            for entry in task.entries:
+                results[entry] = json.loads((glue_dir / entry / runs.RESULT).read_text())
             logger.info("%s: finished before, result.json reused", name)
             continue
-        outcome = finetune_task(config, task, folders, glue_dir, tokenizer)
-        if outcome is None:
-            skipped[name] = "no training or validation split"
-            continue
-        results.update(outcome)
-    return write_summary(config, glue_dir, results, skipped)
+        results.update(finetune_task(config, task, folders, glue_dir, tokenizer))
+    return write_summary(config, glue_dir, results)
 
 
-def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, skipped: dict) -> dict:
+def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict) -> dict:
     """glue/results.json (the summary, returned) and glue/results.md (`results_table`) over the entries of
     `results`, in the BabyLM order."""
     ordered = {entry: results[entry] for entry in BABYLM_ENTRIES if entry in results}
@@ -328,7 +418,6 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
             | {"epochs_run": r["epochs_run"]}
             for entry, r in ordered.items()
         },
-        "skipped": skipped,
         "mean": float(np.mean([r["metric"] for r in ordered.values()])) if ordered else None,
         "num_tasks": len(ordered),
     }
@@ -338,7 +427,7 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict, ski
 
 
 def results_table(summary: dict) -> str:
-    """The Markdown table of a `finetune_glue` summary: each entry's scores (%), the mean, the skipped tasks."""
+    """The Markdown table of a `finetune_glue` summary: each entry's scores (%) and their mean."""
     lines = [
         f"(Super)GLUE dev scores of {summary['model']}, {summary.get('fine_tuning', 'full fine-tuning')} (%; "
         "validation split, best early-stopping checkpoint)",
@@ -355,6 +444,4 @@ def results_table(summary: dict) -> str:
     if summary["tasks"]:
         mean = f"**{100 * summary['mean']:.1f}**"
         lines.append(f"| **mean ({len(summary['tasks'])} of {len(BABYLM_ENTRIES)})** | | {mean} | | | |")
-    for name, why in summary["skipped"].items():
-        lines.append(f"| {name} | skipped: {why} | | | | |")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ from ..models import ElcBertConfig, ElcBertForMaskedLM
 from ..models.errors import InputError
 from ..models.loading import check_weights_loaded, load_pretrained
 from ..plots import plot_curves
+from ..runs.layout import words_checkpoint
 from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
@@ -292,20 +293,13 @@ def coverage(samples: datasets.Dataset) -> dict[str, float]:
     return {"corpus_token_share": new / corpus_tokens, "repeated_token_share": (held - new) / corpus_tokens}
 
 
-def words_label(words: int) -> str:
-    """1000000 -> "1M", 2500000000 -> "2.5B": the name part of a words-seen checkpoint."""
-    for unit, size in (("B", 10**9), ("M", 10**6), ("K", 10**3)):
-        if words >= size:
-            return f"{words / size:g}{unit}"
-    return str(words)
-
-
 class CheckpointsAreModels(TrainerCallback):
     """Every folder a run keeps is a model that other code loads as it loads the final one: each `checkpoint-N`
     gets the run's tokenizer and a config.json whose MLM head returns B x T x V logits (the run trains with
     `sparse_prediction`); and where the run keeps words-seen checkpoints (`checkpoint_words`), the model (no optimizer
     state) is saved as `words-<W>` once the training samples have shown W words (the first step reaching it; a
-    milestone beyond the run's words gets no folder)."""
+    milestone beyond the run's words gets no folder); `elc-bert push --revisions` pushes it as the BabyLM 2025
+    revision of W (`runs.layout.revision_name`: words-1M is chck_1M)."""
 
     def __init__(self, tokenizer, output_dir: Path, step_words: list[int] | None = None, milestones=()):
         self.tokenizer, self.output_dir = tokenizer, output_dir
@@ -333,7 +327,7 @@ class CheckpointsAreModels(TrainerCallback):
                 self.save_model(model, words, int(self.seen[step - 1]), step)
 
     def save_model(self, model, words: int, seen: int, step: int) -> None:
-        folder = self.output_dir / f"{runs.WORDS_CHECKPOINT}{words_label(words)}"
+        folder = words_checkpoint(self.output_dir, words)
         if folder.exists():  # kept before a resume: the same weights
             return
         scratch = self.output_dir / f".{folder.name}.partial"
