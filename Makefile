@@ -30,8 +30,8 @@ test-fast: $(BIN)/.installed  # the edit loop: without the end-to-end tests mark
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 lint: $(BIN)/.installed
-	$(BIN)/ruff check elc_bert elc_bert_cli.py tests scripts
-	$(BIN)/ruff format --check elc_bert elc_bert_cli.py tests scripts
+	$(BIN)/ruff check elc_bert elc_bert_cli.py elc_bert_main.py tests scripts
+	$(BIN)/ruff format --check elc_bert elc_bert_cli.py elc_bert_main.py tests scripts
 
 docs: $(BIN)/.installed
 	$(BIN)/python -m mkdocs build --strict   # the site in site/; `mkdocs serve` to browse it

@@ -1,8 +1,10 @@
-"""The `elc-bert` command's entry point and argument parser.
+"""The `elc-bert` command's argument parser: every command, its arguments and their closed choices.
 
 It imports nothing of `elc_bert` (whose import loads torch and registers the models with the Auto classes, which
-takes seconds): `elc-bert --help`, `--version` and a usage error answer at once, and the parsed command then runs in
-`elc_bert.cli.execute`. Only a job's `--help`, which lists its config keys, imports the job configs.
+takes seconds): the console script (`elc_bert_main`) parses with it first, so that `elc-bert --help`, `--version` and
+a usage error answer at once, and only then imports the package, whose `elc_bert.cli` runs the parsed command. The
+arrows point one way: `elc_bert.cli` imports this parser, never the reverse. Only a job's `--help`, which lists its
+config keys, imports the job configs.
 """
 
 import argparse
@@ -10,8 +12,9 @@ import re
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-# The jobs driven by a YAML config (their config classes: `job_configs.CONFIG_CLASSES`): command -> (its configs/
-# folder, what it does).
+# The jobs driven by a YAML config: command -> (its folder of named configs under configs/, what it does). The package
+# names the same jobs in `runs.JOB_CONFIGS` (the file each saves in its run folder; their config classes,
+# `job_configs.CONFIG_CLASSES`, follow it); tests/test_layout.py holds the two equal.
 JOBS = {
     "pretrain": ("pretrain", "pretrain ELC-BERT or LTG-BERT from a YAML config"),
     "finetune-ner": ("ner", "few-shot NER (CoNLL-03, WikiAnn) from a YAML config"),
@@ -23,6 +26,12 @@ JOBS = {
 # the model loads. The analysis owns them (`elc_bert.analysis.interventions.STRATEGIES`, which would import torch);
 # tests/test_cli.py holds this copy equal to it.
 PAINTERS_STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
+
+# `elc-bert collate --track` and `--backend`: the BabyLM 2025 pipeline's text tracks and zero-shot backends, refused
+# here at once when misspelt. `elc_bert.evaluation.collate` owns them (`TRACKS`, `BACKENDS`); tests/test_cli.py holds
+# these copies equal to them.
+COLLATE_TRACKS = ("strict-small", "strict", "interaction")
+COLLATE_BACKENDS = ("mlm", "causal", "mntp", "enc_dec_mask", "enc_dec_prefix")
 
 
 class ConfigHelp(argparse.Action):
@@ -161,11 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     collate_parser.add_argument(
         "--results", required=True, help="the folder holding MODEL/<revision>/ (eval-babylm's --out, or results/)"
     )
-    collate_parser.add_argument("--track", required=True, help="strict-small, strict or interaction")
+    collate_parser.add_argument("--track", required=True, choices=COLLATE_TRACKS, help="the BabyLM 2025 track")
     collate_parser.add_argument(
         "--data", required=True, help="the fast evaluation data: evaluation_data/ (with fast_eval/) or fast_eval/"
     )
-    collate_parser.add_argument("--backend", help="mlm, causal, mntp, ... (default: the one in the results)")
+    collate_parser.add_argument(
+        "--backend",
+        choices=COLLATE_BACKENDS,
+        help="the zero-shot predictions' backend (default: the one in the results)",
+    )
     collate_parser.add_argument("--revision", default="main", help="the final model's revision (default main)")
     collate_parser.add_argument("--up-to", help="the last checkpoint revision of a run that stopped early (chck_20M)")
     collate_parser.add_argument(
@@ -225,14 +238,3 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
     )
     return parser
-
-
-def main(argv=None) -> None:
-    args = build_parser().parse_args(argv)
-    from elc_bert.cli import execute
-
-    execute(args)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
-"""The `elc-bert` command: `elc-bert <command> CONFIG [key=value ...]`, once parsed (the parser is the top-level
-module `elc_bert_cli`, which imports nothing of the package, so that `--help` and `--version` answer at once).
+"""The `elc-bert` command's runners: `elc-bert <command> ...`, once parsed (by `elc_bert_cli`, the parser, which
+imports nothing of the package, so that `--help` and `--version` answer at once), is run by its entry of `RUNNERS`.
 
 One handler for every command: a bad input (config, file, folder, argument) prints one line naming it and exits 2;
 any other failure prints one line and exits 1; `--debug` (or ELC_BERT_DEBUG=1) shows the traceback instead. The
@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from elc_bert_cli import JOBS, build_parser
+
 from . import runs
 from .models.errors import InputError
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
@@ -23,11 +25,10 @@ from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 
 INPUT_ERRORS = (InputError,)
 
 
-def main(argv=None):
-    """`elc-bert`: parses `argv` (`elc_bert_cli.main`, which answers --help and --version alone), then `execute`."""
-    import elc_bert_cli
-
-    elc_bert_cli.main(argv)
+def main(argv=None) -> None:
+    """`elc-bert` in this process (`python -m elc_bert.cli`, the tests): parses `argv`, then `execute`. The console
+    script is `elc_bert_main.main`, which parses before importing the package."""
+    execute(build_parser().parse_args(argv))
 
 
 def execute(args) -> None:
@@ -37,7 +38,7 @@ def execute(args) -> None:
     results = sys.stdout
     try:
         with package_logs_on_stderr(), contextlib.redirect_stdout(sys.stderr):
-            run(args, results)
+            RUNNERS[args.command](args, results)
     except KeyboardInterrupt:
         print(f"elc-bert {args.command}: interrupted", file=sys.stderr)
         sys.exit(130)
@@ -67,7 +68,76 @@ def package_logs_on_stderr():
         package_logger.setLevel(level)
 
 
-def eval_blimp(args, out) -> None:
+def say_where(command: str, folder) -> None:
+    """Where a job's outputs went, on stderr: stdout holds the job's result (a table or JSON) alone."""
+    print(f"elc-bert {command}: outputs in {folder}", file=sys.stderr)
+
+
+def job_config(args):
+    """The config of the job `args.command` runs, from its YAML file (or named config) and overrides."""
+    from .job_configs import CONFIG_CLASSES, load_config, named_config
+
+    folder, _ = JOBS[args.command]
+    return load_config(CONFIG_CLASSES[args.command], named_config(args.config, folder), args.overrides)
+
+
+# ------------------------------------------------------------------------------- the runners, one per command
+# Each takes the parsed arguments and the stream its result is printed to (stdout); the job layers are imported inside
+# each, so that a command loads what it runs only.
+
+
+def run_pretrain(args, out) -> None:
+    """`elc-bert pretrain CONFIG [key=value ...]`: the final metrics, as JSON."""
+    from .training.pretrain import pretrain
+
+    config = job_config(args)
+    print(json.dumps(pretrain(config), indent=2), file=out)
+    say_where(args.command, config.output_dir)
+
+
+def run_finetune_ner(args, out) -> None:
+    """`elc-bert finetune-ner CONFIG [key=value ...]`: the Markdown table of dev and test F1 per N."""
+    from .training.finetune_ner import finetune_ner, results_table
+
+    config = job_config(args)
+    print(results_table(config, finetune_ner(config)), file=out)
+    say_where(args.command, config.output_dir)
+
+
+def run_mlm(args, out) -> None:
+    """`elc-bert mlm CONFIG [key=value ...]`: the validation and test perplexity, as JSON."""
+    from .training.mlm import mlm
+
+    config = job_config(args)
+    print(json.dumps(mlm(config), indent=2), file=out)
+    say_where(args.command, config.output_dir)
+
+
+def run_finetune_glue(args, out) -> None:
+    """`elc-bert finetune-glue CONFIG [key=value ...]`: the Markdown table of the tasks' scores."""
+    from .training.finetune_glue import finetune_glue, resolve_output_dir, results_table
+
+    config = job_config(args)
+    print(results_table(finetune_glue(config)), file=out)
+    say_where(args.command, runs.glue_dir(resolve_output_dir(config)))
+
+
+def run_prepare_corpus(args, out) -> None:
+    """`elc-bert prepare-corpus INPUT ... --out DIR`: the Markdown table of what was done to each file."""
+    from .data.preparation import prepare_corpus, prepared_table
+
+    print(prepared_table(prepare_corpus(args.inputs, args.out)), file=out)
+    say_where(args.command, args.out)
+
+
+def run_scorecard(args, out) -> None:
+    """`elc-bert scorecard RUN_DIR`: the run's row beside the paper's, as Markdown."""
+    from .evaluation.scorecard import markdown, scorecard
+
+    print(markdown(scorecard(args.run_dir)), file=out)
+
+
+def run_eval_blimp(args, out) -> None:
     """`elc-bert eval-blimp MODEL --data DIR ...`: scores, writes NAME.json/.md/.png, prints the overall line. MODEL
     (a folder, Hub name or alias) loads as the causal LM its config names (or with --causal), else as a masked LM;
     weights that did not load are refused unless --allow-unloaded-weights (`pretrained.load_model`). The data is read
@@ -105,7 +175,7 @@ def eval_blimp(args, out) -> None:
     )
 
 
-def eval_babylm(args, out) -> None:
+def run_eval_babylm(args, out) -> None:
     """`elc-bert eval-babylm MODEL --data DIR ...`: the summary table, and where the results went."""
     from .evaluation.babylm import evaluate_babylm, resolve_data, summary_table
 
@@ -132,109 +202,82 @@ def eval_babylm(args, out) -> None:
         **options,
     )
     print(summary_table(summary), file=out)
-    say_where("eval-babylm", out_dir)
+    say_where(args.command, out_dir)
 
 
-def say_where(command: str, folder) -> None:
-    """Where a job's outputs went, on stderr: stdout holds the job's result (a table or JSON) alone."""
-    print(f"elc-bert {command}: outputs in {folder}", file=sys.stderr)
+def run_collate(args, out) -> None:
+    """`elc-bert collate MODEL --results DIR --track TRACK --data DIR`: the path of the submission file written."""
+    from .evaluation.collate import collate
+
+    options = dict(data=args.data, backend=args.backend, revision=args.revision, up_to=args.up_to)
+    print(collate(args.results, args.model, args.track, args.out, **options), file=out)
 
 
-def job_config(args):
-    """The config of the job `args.command` runs, from its YAML file (or named config) and overrides."""
-    from elc_bert_cli import JOBS
+def run_analyze(args, out) -> None:
+    """`elc-bert analyze MODEL --data FILE --out DIR`: the report, as Markdown."""
+    from .analysis.interventions import STRATEGIES
+    from .analysis.report import REPORT_MD, analyze, load_sentences
+    from .pretrained import load_model
 
-    from .job_configs import CONFIG_CLASSES, load_config, named_config
+    sentences = load_sentences(args.data, args.max_sentences)  # a bad data file is named before the model loads
+    model, tokenizer, _ = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
+    strategies = STRATEGIES if args.strategies is None else args.strategies
+    analyze(
+        model,
+        tokenizer,
+        sentences,
+        args.out,
+        strategies,
+        seed=args.seed,
+        metric=args.metric,
+        pppl_sentences=args.pppl_sentences,
+    )
+    print((Path(args.out) / REPORT_MD).read_text(), file=out)
 
-    folder, _ = JOBS[args.command]
-    return load_config(CONFIG_CLASSES[args.command], named_config(args.config, folder), args.overrides)
+
+def run_export(args, out) -> None:
+    """`elc-bert export SOURCE OUT_DIR`: the folder written."""
+    from .hub.export import export
+
+    options = dict(run_dir=args.run_dir, tokenizer=args.tokenizer, repo_id=args.repo_id, license=args.license)
+    options.update(sentence=args.sentence, sentence_like=args.sentence_like)
+    print(export(args.source, args.out_dir, overwrite=args.overwrite, metrics=not args.no_metrics, **options), file=out)
 
 
-def run(args, out=None):
-    """Runs the parsed command; its result is printed to `out` (default: stdout)."""
-    out = out if out is not None else sys.stdout
-    if args.command == "pretrain":
-        from .training.pretrain import pretrain
+def run_push(args, out) -> None:
+    """`elc-bert push FOLDER --repo-id USER/NAME`: the URL of what was pushed (with --revisions, one per branch)."""
+    from .hub.push import push, push_revisions
 
-        config = job_config(args)
-        print(json.dumps(pretrain(config), indent=2), file=out)
-        say_where(args.command, config.output_dir)
-    elif args.command == "finetune-ner":
-        from .training.finetune_ner import finetune_ner, results_table
+    if args.revisions:
+        for revision, url in push_revisions(args.folder, args.repo_id, private=args.private).items():
+            print(f"{revision}: {url or 'unchanged'}", file=out)
+    else:
+        print(push(args.folder, args.repo_id, private=args.private), file=out)
 
-        config = job_config(args)
-        print(results_table(config, finetune_ner(config)), file=out)
-        say_where(args.command, config.output_dir)
-    elif args.command == "mlm":
-        from .training.mlm import mlm
 
-        config = job_config(args)
-        print(json.dumps(mlm(config), indent=2), file=out)
-        say_where(args.command, config.output_dir)
-    elif args.command == "finetune-glue":
-        from .training.finetune_glue import finetune_glue, resolve_output_dir, results_table
+def run_convert(args, out) -> None:
+    """`elc-bert convert SOURCE OUT_DIR`: the folder written."""
+    from .hub.convert import convert
 
-        config = job_config(args)
-        print(results_table(finetune_glue(config)), file=out)
-        say_where(args.command, runs.glue_dir(resolve_output_dir(config)))
-    elif args.command == "prepare-corpus":
-        from .data.preparation import prepare_corpus, prepared_table
+    print(convert(args.source, args.out_dir, overwrite=args.overwrite), file=out)
 
-        print(prepared_table(prepare_corpus(args.inputs, args.out)), file=out)
-        say_where(args.command, args.out)
-    elif args.command == "scorecard":
-        from .evaluation.scorecard import markdown, scorecard
 
-        print(markdown(scorecard(args.run_dir)), file=out)
-    elif args.command == "eval-blimp":
-        eval_blimp(args, out)
-    elif args.command == "eval-babylm":
-        eval_babylm(args, out)
-    elif args.command == "collate":
-        from .evaluation.collate import collate
-
-        options = dict(data=args.data, backend=args.backend, revision=args.revision, up_to=args.up_to)
-        print(collate(args.results, args.model, args.track, args.out, **options), file=out)
-    elif args.command == "analyze":
-        from .analysis.interventions import STRATEGIES
-        from .analysis.report import REPORT_MD, analyze, load_sentences
-        from .pretrained import load_model
-
-        sentences = load_sentences(args.data, args.max_sentences)  # a bad data file is named before the model loads
-        model, tokenizer, _ = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
-        strategies = STRATEGIES if args.strategies is None else args.strategies
-        analyze(
-            model,
-            tokenizer,
-            sentences,
-            args.out,
-            strategies,
-            seed=args.seed,
-            metric=args.metric,
-            pppl_sentences=args.pppl_sentences,
-        )
-        print((Path(args.out) / REPORT_MD).read_text(), file=out)
-    elif args.command == "export":
-        from .hub.export import export
-
-        options = dict(run_dir=args.run_dir, tokenizer=args.tokenizer, repo_id=args.repo_id, license=args.license)
-        options.update(sentence=args.sentence, sentence_like=args.sentence_like)
-        print(
-            export(args.source, args.out_dir, overwrite=args.overwrite, metrics=not args.no_metrics, **options),
-            file=out,
-        )
-    elif args.command == "push":
-        from .hub.push import push, push_revisions
-
-        if args.revisions:
-            for revision, url in push_revisions(args.folder, args.repo_id, private=args.private).items():
-                print(f"{revision}: {url or 'unchanged'}", file=out)
-        else:
-            print(push(args.folder, args.repo_id, private=args.private), file=out)
-    elif args.command == "convert":
-        from .hub.convert import convert
-
-        print(convert(args.source, args.out_dir, overwrite=args.overwrite), file=out)
+# The runner of each command of the parser (`elc_bert_cli.build_parser`), by its name.
+RUNNERS = {
+    "pretrain": run_pretrain,
+    "finetune-ner": run_finetune_ner,
+    "mlm": run_mlm,
+    "finetune-glue": run_finetune_glue,
+    "prepare-corpus": run_prepare_corpus,
+    "scorecard": run_scorecard,
+    "eval-blimp": run_eval_blimp,
+    "eval-babylm": run_eval_babylm,
+    "collate": run_collate,
+    "analyze": run_analyze,
+    "export": run_export,
+    "push": run_push,
+    "convert": run_convert,
+}
 
 
 if __name__ == "__main__":

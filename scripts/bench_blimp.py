@@ -3,7 +3,7 @@
     python scripts/bench_blimp.py [--model elc-tiny|bert] [--sentences 60] [--batch-tokens 4096] [--threads 1]
 
 Naive = the textbook PLL loop: one sentence at a time, one masked copy at a time, a full forward pass and a
-log-softmax for each token. Batched = `elc_bert.evaluation.blimp.pseudo_log_likelihoods`: all masked copies of all
+log-softmax for each token. Batched = `elc_bert.scoring.pseudo_log_likelihoods`: all masked copies of all
 sentences as rows, sorted by length, cut into batches under a token budget. The model is a randomly initialised
 `tiny`-preset ElcBertForMaskedLM (tokenizer trained on the sentences) or a small random BERT with the real MiniLM
 WordPiece tokenizer; the sentences are real BLiMP pairs from ../shared/data/blimp when present (else made up). Speed
@@ -21,7 +21,7 @@ import torch
 import elc_bert  # noqa: F401  (registers the Auto classes)
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.data.tokenizer import train_tokenizer
-from elc_bert.evaluation.blimp import pseudo_log_likelihoods
+from elc_bert.scoring import pseudo_log_likelihoods
 
 ROOT = Path(__file__).resolve().parents[1]
 BLIMP = ROOT.parent / "shared" / "data" / "blimp"

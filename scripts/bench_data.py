@@ -36,10 +36,10 @@ from transformers import AutoTokenizer
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 from elc_bert.data.corpus import document_dataset, packed_samples
 from elc_bert.data.preparation import prepared_lines
-from elc_bert.data.pretraining import SpanMaskingCollator, schedule_batches, span_coverage
+from elc_bert.data.pretraining import SpanMaskingCollator, span_coverage
+from elc_bert.data.pretraining_batches import coverage, sample_words, schedule_batches
 from elc_bert.data.text import corpus_files, read_documents
 from elc_bert.data.tokenizer import train_tokenizer
-from elc_bert.training.pretrain import coverage, sample_words
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""ELC-BERT vs LTG-BERT at equal compute (issue 8, experiment 1; issue 23 at the small-cpu scale).
+"""ELC-BERT vs LTG-BERT at equal compute, at the strict-small and the small-cpu scale (docs/experiments.md).
 
     python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg.yaml [--skip-blimp]
     python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg_small_cpu.yaml --runs elc-bert-seed42   # one run only

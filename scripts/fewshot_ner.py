@@ -1,4 +1,4 @@
-"""Few-shot NER with every fusion head, feature extraction vs fine-tuning (issue 8, experiments 2 and 3).
+"""Few-shot NER with every fusion head, feature extraction vs fine-tuning (docs/experiments.md, "Few-shot NER").
 
     python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml [--experiments conll03_fe ...] [--heads last ...]
     python scripts/fewshot_ner.py configs/experiments/fewshot_ner.yaml --report   # tables of the finished trials only
@@ -26,6 +26,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from elc_bert.intervals import mean_and_interval  # noqa: E402
 from elc_bert.job_configs import load_config  # noqa: E402
+from elc_bert.job_configs.ner_results import ShotResults  # noqa: E402
+from elc_bert.models import FUSIONS  # noqa: E402
 from elc_bert.plots import plot_depth_profile  # noqa: E402
 from elc_bert.runs import mean_depth_profiles  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
@@ -51,7 +53,7 @@ def run(plan: dict, train: list[str], heads: list[str], report: bool = False) ->
             else:
                 summary = summarize(config)
             depth = {}
-            if config.fusion == "dwatt":
+            if config.fusion is not None and FUSIONS[config.fusion].depth_weights:
                 depth = {shots: weights for shots, (_, weights) in mean_depth_profiles(output_dir).items()}
             mode = "frozen backbone (FE)" if config.freeze_backbone else "fine-tuned backbone (FT)"
             setup = (
@@ -63,14 +65,13 @@ def run(plan: dict, train: list[str], heads: list[str], report: bool = False) ->
     return results
 
 
-def cell(result: dict | None) -> str:
+def cell(result: ShotResults | None) -> str:
     if result is None:
         return "not run yet"
-    text = mean_and_interval(result["mean"], result["ci95"])
-    done = len(result["best_dev_f1"])
-    if done < result.get("of", done):
-        values = ", ".join(f"{100 * v:.1f}" for v in result["best_dev_f1"])
-        text += f" ({done} of {result['of']} trials: {values})"
+    text = mean_and_interval(result.mean, result.ci95)
+    if not result.finished:
+        values = ", ".join(f"{100 * v:.1f}" for v in result.best_dev_f1)
+        text += f" ({len(result.best_dev_f1)} of {result.of} trials: {values})"
     return text
 
 
@@ -89,9 +90,9 @@ def write(results: dict, plan: dict, results_dir: Path):
         lines.append("|---" * (len(shots) + 1) + "|")
         for head in heads:
             summary = results[(name, head)]["summary"]
-            cells = [cell(summary.get(f"n{n}")) for n in shots]
+            cells = [cell(summary.shots.get(n)) for n in shots]
             lines.append(f"| {head} | " + " | ".join(cells) + " |")
-            table[f"{name}/{head}"] = {f"n{n}": summary[f"n{n}"] for n in shots if f"n{n}" in summary}
+            table[f"{name}/{head}"] = {f"n{n}": summary.shots[n].to_json() for n in shots if n in summary.shots}
         for head in heads:  # the numbers of dwatt_depth_weights.png
             for n, weights in results[(name, head)]["depth_weights"].items():
                 values = " ".join(f"{weight:.2f}" for weight in weights)
@@ -108,9 +109,9 @@ def write(results: dict, plan: dict, results_dir: Path):
             if n != name:
                 continue
             summary = result["summary"]
-            shots = [s for s in result["shots"] if f"n{s}" in summary]
-            means = [100 * summary[f"n{s}"]["mean"] for s in shots]
-            errors = [100 * (summary[f"n{s}"]["ci95"] or 0.0) for s in shots]  # one trial: no bar
+            shots = [s for s in result["shots"] if s in summary.shots]
+            means = [100 * summary.shots[s].mean for s in shots]
+            errors = [100 * (summary.shots[s].ci95 or 0.0) for s in shots]  # one trial: no bar
             axis.errorbar(shots, means, yerr=errors, marker="o", capsize=3, label=head)
         axis.set(title=name, xlabel="N", ylabel="best dev F1", xscale="log")
         axis.legend()
@@ -139,7 +140,7 @@ def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
     shots = [n for n in results[(ft, heads[0])]["shots"] if n in results[(fe, heads[0])]["shots"]]
 
     def pair(head, n):
-        return [results[(name, head)]["summary"].get(f"n{n}") for name in (fe, ft)]
+        return [results[(name, head)]["summary"].shots.get(n) for name in (fe, ft)]
 
     lines = ["", f"### Fine-tuning vs feature extraction ({ft} vs {fe})", ""]
     lines += ["Each as set up in its table above (epochs, learning rate and dev sentences may differ).", ""]
@@ -149,7 +150,7 @@ def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
         cells = []
         for n in shots:
             frozen, tuned = pair(head, n)
-            difference = f"{100 * (tuned['mean'] - frozen['mean']):+.1f}" if frozen and tuned else "-"
+            difference = f"{100 * (tuned.mean - frozen.mean):+.1f}" if frozen and tuned else "-"
             cells.append(f"{cell(frozen)} / {cell(tuned)} / {difference}")
         lines.append(f"| {head} | " + " | ".join(cells) + " |")
 
@@ -158,8 +159,8 @@ def fe_vs_ft(results: dict, plan: dict, results_dir: Path) -> list[str]:
     for axis, n in zip(axes[0], shots):
         for offset, (label, index) in zip((-width / 2, width / 2), (("FE", 0), ("FT", 1))):
             results_at = [pair(head, n)[index] for head in heads]
-            means = [100 * r["mean"] if r else 0.0 for r in results_at]
-            errors = [100 * (r["ci95"] or 0.0) if r else 0.0 for r in results_at]
+            means = [100 * r.mean if r else 0.0 for r in results_at]
+            errors = [100 * (r.ci95 or 0.0) if r else 0.0 for r in results_at]
             positions = [i + offset for i in range(len(heads))]
             axis.bar(positions, means, width, yerr=errors, capsize=3, label=label)
         axis.set_xticks(range(len(heads)), heads)

@@ -1,4 +1,4 @@
-"""Layer analysis of the trained models (issue 8, experiment 4).
+"""Layer analysis of the trained models (docs/experiments.md, "Layer analysis of the trained models").
 
     python scripts/layer_analysis.py configs/experiments/layer_analysis.yaml [--report]
 

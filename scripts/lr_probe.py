@@ -1,5 +1,5 @@
-"""The learning-rate probe of a pretraining size (issue 40): short runs at several peak learning rates and seeds, and
-the rate that learns with every seed.
+"""The learning-rate probe of a pretraining size: short runs at several peak learning rates and seeds, and the rate
+that learns with every seed (docs/experiments.md, "Learning-rate probe at small-cpu scale").
 
     OMP_NUM_THREADS=1 python scripts/lr_probe.py configs/experiments/lr_probe_small_cpu.yaml --runs lr0.01-seed42
     python scripts/lr_probe.py configs/experiments/lr_probe_small_cpu.yaml --report

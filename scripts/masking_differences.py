@@ -16,7 +16,8 @@ import tempfile
 from pathlib import Path
 
 from elc_bert.data.corpus import document_dataset, packed_samples
-from elc_bert.data.pretraining import SpanMaskingCollator, schedule_batches
+from elc_bert.data.pretraining import SpanMaskingCollator
+from elc_bert.data.pretraining_batches import schedule_batches
 from elc_bert.data.text import read_documents
 from elc_bert.data.tokenizer import train_tokenizer
 

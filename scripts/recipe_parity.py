@@ -1,5 +1,5 @@
-"""Recipe parity (issue 40): the package's `pretrain` against a minimal training loop written from the reference
-recipe's description, on the same tokenizer, corpus, model size, batch, steps and seeds.
+"""Recipe parity: the package's `pretrain` against a minimal training loop written from the reference recipe's
+description, on the same tokenizer, corpus, model size, batch, steps and seeds.
 
     OMP_NUM_THREADS=1 python scripts/recipe_parity.py                   # 2 seeds x 2 pipelines, ~10 min on 1 thread
     python scripts/recipe_parity.py --steps 800 --seeds 42 43 44
@@ -15,7 +15,7 @@ applies), linear warmup and cosine decay to 0.1x, gradient clipping at 2.
 
 Prints (and writes into --out as results.md / results.json / curves.png) the training loss averaged over every 25
 steps for each pipeline and seed, the reference's seed spread, and each final model's validation loss on the same
-fixed-mask validation batches. Target: the package's curve inside the reference's seed spread.
+fixed-mask validation batches. What parity means here: the package's curve inside the reference's seed spread.
 """
 
 import argparse

@@ -128,6 +128,37 @@ def toy_tokenizer():
     return train_tokenizer(TOY_SENTENCES * 3, vocab_size=160, min_frequency=1)
 
 
+# The BabyLM tests' tokenizer and language models (test_babylm.py, test_reading.py). Module scope, not session: a test
+# hands the model to eval-babylm, which moves it to its device.
+@pytest.fixture(scope="module")
+def tokenizer():
+    """A 400-token tokenizer trained on the first 600 lines of the WikiText-2 sample."""
+    from elc_bert.data.tokenizer import train_tokenizer
+
+    return train_tokenizer(WIKITEXT_SAMPLE.read_text(encoding="utf-8").splitlines()[:600], 400, 2)
+
+
+@pytest.fixture(scope="module")
+def mlm(tokenizer):
+    """A tiny ELC-BERT masked LM over `tokenizer`, its logits randomised (eval mode)."""
+    from elc_bert import ElcBertForMaskedLM
+
+    torch.manual_seed(0)
+    model = ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)}))
+    randomise_elc_logits(model)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def gpt(tokenizer):
+    """A tiny GPT-2 causal LM over `tokenizer` (eval mode)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(1)
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2, n_head=4)
+    return GPT2LMHeadModel(config).eval()
+
+
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory):
     """Every kind of model saved, exported, and its outputs on a padded batch: (folders, expected-outputs file)."""

@@ -7,7 +7,9 @@ Numerics are always checked against the naive implementation in `reference_impl.
 against the package itself.
 """
 
+import contextlib
 import csv
+import io
 import json
 import os
 import random
@@ -383,6 +385,45 @@ def save_encoder(folder, tokenizer, architectures=None):
 
 # ------------------------------------------------------------------------------------------------ a pretraining run
 HANDOFFS_RUN_STEPS = 6  # the steps of the `run` fixture's pretraining run (checkpoints at 3 and 6)
+
+# The BabyLM 2025 revisions of `milestone_run` (test_push.py, test_submission.py), by the run's folder of each.
+MILESTONES = {"chck_1M": "words-1M", "chck_2M": "words-2M", "chck_3M": "words-3M"}
+
+
+def milestone_run(root: Path, seed: int) -> Path:
+    """ROOT/run: `elc-bert pretrain tiny ... checkpoint_words=strict-small` for six steps, keeping words-1M, words-2M
+    and words-3M (`MILESTONES`): the words each step shows are scaled by 10^4 (a step of 8 samples of 32 tokens shows
+    ~60 words of the sample), so that six steps pass 1M, 2M and 3M. What the command prints is not kept."""
+    import pytest
+
+    from elc_bert import runs
+    from elc_bert.cli import main as cli_main
+    from elc_bert.data import pretraining_batches
+
+    real = pretraining_batches.sample_words
+    overrides = [
+        f"output_dir={root / 'run'}",
+        f"data_dir={WIKITEXT_SAMPLE.parent}",
+        f"train_files=[{WIKITEXT_SAMPLE.name}]",
+        "validation_files=[]",
+        "vocab_size=300",
+        "min_frequency=2",
+        "seq_length=32",
+        "max_steps=6",
+        "batch_size=8",
+        f"seed={seed}",
+        "checkpoint_words=strict-small",
+        "training.save_steps=100",
+        "training.logging_steps=1",
+        "training.dataloader_num_workers=0",
+        "training.disable_tqdm=true",
+    ]
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()):
+        patch.setattr(pretraining_batches, "sample_words", lambda samples: real(samples) * 10_000)
+        cli_main(["pretrain", "tiny", *overrides])
+    run = root / "run"
+    assert sorted(path.name for path in run.glob(runs.WORDS_CHECKPOINT + "*")) == sorted(MILESTONES.values())
+    return run
 
 
 # ---------------------------------------------------------------- the task models (test_modeling, test_conformance)

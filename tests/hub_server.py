@@ -274,11 +274,13 @@ def point_hub_client_at(patch, endpoint: str, token: str) -> None:
     template = endpoint + "/{repo_id}/resolve/{revision}/{filename}"
     patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
     patch.setenv("HF_TOKEN", token)
-    # ... and so did its module-level client behind `create_repo`, `upload_folder`, ... (which `push_to_hub` calls)
-    # when huggingface_hub.hf_api was first imported: perhaps under another test's server, gone since.
+    # ... and so did the shared clients made before (huggingface_hub's behind `create_repo`, `upload_folder`, ...;
+    # transformers' behind `push_to_hub`), perhaps under another test's server, gone since.
     import huggingface_hub.hf_api
+    import transformers.utils.hub
 
     patch.setattr(huggingface_hub.hf_api.api, "endpoint", endpoint)
+    patch.setattr(transformers.utils.hub, "_hf_api", None, raising=False)  # made again, at `endpoint`, when next used
 
 
 def run_without_package(script: str, env: dict, cwd: Path, timeout=240) -> subprocess.CompletedProcess:

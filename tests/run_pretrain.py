@@ -18,6 +18,7 @@ import torch.distributed as dist
 from transformers import TrainerCallback
 
 import elc_bert.training.pretrain as job
+from elc_bert.data.pretraining_batches import BatchRowCollator
 from elc_bert.job_configs import load_config
 
 
@@ -53,13 +54,13 @@ def main():
 
     # Every sequence this process trains on (its ids, unmasked), in order: a test can tell which samples each rank saw.
     seen = []
-    collate = job.BatchRowCollator.__call__
+    collate = BatchRowCollator.__call__
 
     def recording_collate(self, rows):
         seen.extend(sample for row in rows for sample in row["input_ids"])
         return collate(self, rows)
 
-    job.BatchRowCollator.__call__ = recording_collate
+    BatchRowCollator.__call__ = recording_collate
     job.Trainer = InstrumentedTrainer
     job.pretrain(config)
     digest = hashlib.sha256()

@@ -11,12 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import TINY, randomise_elc_logits, write_reading_csv
+from helpers import write_reading_csv
 from hub_server import local_hub, put_branch
-from transformers import GPT2Config, GPT2LMHeadModel
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
-from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert import InputError
 from elc_bert.evaluation import babylm
 from elc_bert.evaluation.babylm import chosen, evaluate, evaluate_babylm, read_task, score_items
 
@@ -24,26 +22,6 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
 SHARED = REPO.parent / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines()[:600], 400, 2)
-
-
-@pytest.fixture(scope="module")
-def mlm(tokenizer):
-    torch.manual_seed(0)
-    model = ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)}))
-    randomise_elc_logits(model)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def gpt(tokenizer):
-    torch.manual_seed(1)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2, n_head=4)
-    return GPT2LMHeadModel(config).eval()
 
 
 # ----------------------------------------------------------------------------- naive scorers, from the definitions
@@ -481,7 +459,18 @@ def test_the_command(run_dir, tmp_path, capsys):
     printed = capsys.readouterr()
     assert "| main |" in printed.out and "BLiMP" in printed.out and "Wug Past (rho)" in printed.out
     assert str(out) in printed.err  # where the results went: stderr, the table alone on stdout
-    assert json.loads((out / "summary.json").read_text())["rows"]["main"]["blimp"] >= 0
+    # BLiMP's number: the mean over its sets (UIDs) of the % of pairs whose prediction is the good sentence
+    official = out / "run" / "main" / "zero_shot" / "mlm" / "blimp" / "blimp_filtered"
+    predicted = json.loads((official / "predictions.json").read_text())
+    goods = {}
+    for item in read_task("blimp", data / "full_eval" / "blimp_filtered"):
+        goods.setdefault(item.uid, []).append(item.sentences[0])
+    right = {
+        uid: [entry["pred"] == good for entry, good in zip(predicted[uid]["predictions"], sentences, strict=True)]
+        for uid, sentences in goods.items()
+    }
+    expected = sum(100 * sum(marks) / len(marks) for marks in right.values()) / len(right)
+    assert json.loads((out / "summary.json").read_text())["rows"]["main"]["blimp"] == pytest.approx(expected)
     with pytest.raises(SystemExit) as exit_:
         main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "glue", "--out", str(out)])
     assert exit_.value.code == 2 and "unknown task 'glue'" in capsys.readouterr().err

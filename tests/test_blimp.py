@@ -13,6 +13,7 @@ from helpers import TOY_SENTENCES, BigramMaskedLM, naive_causal_ll, save_encoder
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
 from elc_bert.cli import main
+from elc_bert.evaluation.babylm import Item
 from elc_bert.evaluation.blimp import evaluate_blimp, load_minimal_pairs
 from elc_bert.evaluation.scorecard import build_scorecard
 from elc_bert.intervals import wilson_interval
@@ -126,14 +127,13 @@ def test_field_chart_shows_pooled_accuracies_with_their_wilson_intervals(monkeyp
 
     import elc_bert.evaluation.blimp as blimp
 
-    sets = {
-        "a": [pair("x", "y", field="morphology")] * 4,
-        "b": [pair("x", "y", field="morphology")] * 2,
-        "c": [pair("x", "y", field="syntax")] * 5,
-    }
+    def pairs(field, count):  # the engine's items of a set (`babylm.read_task`)
+        return [Item(["x", "y"], ["x", "y"], "uid", "made-up:1", {"field": field, "linguistics_term": "t"})] * count
+
+    sets = {"a": pairs("morphology", 4), "b": pairs("morphology", 2), "c": pairs("syntax", 5)}
     good = {"a": [0.0, 0.0, 0.0, -1.0], "b": [0.0, 0.0], "c": [0.0, -1.0, -1.0, -1.0, -1.0]}
-    bad = {name: [-0.5] * len(pairs) for name, pairs in sets.items()}
-    results = {"name": "toy", "method": "m", **blimp.summarise(sets, good, bad)}
+    scores = {name: [[score, -0.5] for score in good[name]] for name in sets}  # [good, bad] per pair
+    results = {"name": "toy", "method": "m", **blimp.summarise(sets, scores)}
     drawn = []
     monkeypatch.setattr(blimp.plots, "save", lambda figure, path: drawn.append(figure))
     blimp._bar_chart(results, tmp_path / "toy.png")
@@ -169,15 +169,15 @@ def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path,
     expected = evaluate_blimp(model, toy_tokenizer, data, progress=False)
 
     scored = []
-    real_scorer = blimp.pseudo_log_likelihoods
+    real_scorer = blimp.score_items  # the engine's (`babylm.score_items`)
 
-    def interrupted_after_two_sets(model, tokenizer, sentences, **options):
+    def interrupted_after_two_sets(model, tokenizer, items, *args, **options):
         if len(scored) == 2:
             raise KeyboardInterrupt
-        scored.append(sentences[0])
-        return real_scorer(model, tokenizer, sentences, **options)
+        scored.append(items[0].sentences[0])
+        return real_scorer(model, tokenizer, items, *args, **options)
 
-    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", interrupted_after_two_sets)
+    monkeypatch.setattr(blimp, "score_items", interrupted_after_two_sets)
     with pytest.raises(KeyboardInterrupt):
         evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
     partial = tmp_path / "out" / "toy.partial.jsonl"
@@ -187,7 +187,9 @@ def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path,
         handle.write('{"set": "set2", "good": [1.0')  # a line cut short by the interruption is dropped
 
     scored.clear()
-    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", lambda *a, **o: scored.append(a[2][0]) or real_scorer(*a, **o))
+    monkeypatch.setattr(
+        blimp, "score_items", lambda *a, **o: scored.append(a[2][0].sentences[0]) or real_scorer(*a, **o)
+    )
     resumed = evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
     assert scored == [TOY_SENTENCES[2], TOY_SENTENCES[3]]  # set2 and set3 only
     assert resumed["sets"] == expected["sets"] and resumed["overall"] == expected["overall"]
@@ -220,7 +222,7 @@ def test_without_scipy_the_evaluation_says_so_before_scoring(toy_tokenizer, tmp_
 
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "scipy" else found(name, *a))
-    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", lambda *a, **o: pytest.fail("scored without scipy"))
+    monkeypatch.setattr(blimp, "score_items", lambda *a, **o: pytest.fail("scored without scipy"))
     write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
     model = BigramMaskedLM(len(toy_tokenizer), scale=0.0)
     with pytest.raises(InputError, match=r'pip install "elc_bert\[eval\]"'):
@@ -237,7 +239,7 @@ def test_malformed_lines_name_file_and_line(tmp_path):
         handle.write(f"{good}\n" + json.dumps({"sentence_good": "a b"}) + "\n")
     (tmp_path / "broken.jsonl.gz").unlink(missing_ok=True)
     (tmp_path / "broken.jsonl").rename(tmp_path / "broken.jsonl.gz")
-    with pytest.raises(ValueError, match=r"broken\.jsonl\.gz, line 2: 'sentence_bad' is missing"):
+    with pytest.raises(ValueError, match=r"broken\.jsonl\.gz:2: field 'sentence_bad' is missing"):
         load_minimal_pairs(tmp_path)
     (tmp_path / "broken.jsonl.gz").write_text("[1, 2]\n")  # not gzip at all
     with pytest.raises(ValueError, match=r"broken\.jsonl\.gz, line 1: cannot be read"):
@@ -273,9 +275,9 @@ def test_a_sentence_with_no_token_is_refused_naming_file_and_line_before_any_set
     data.mkdir()
     write_jsonl(data / "a_first.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])] * 2)
     write_jsonl(data / "b_second.jsonl", [pair(TOY_SENTENCES[2], TOY_SENTENCES[3]), pair(TOY_SENTENCES[4], "\u200b")])
-    monkeypatch.setattr(blimp, "pseudo_log_likelihoods", lambda *a, **k: pytest.fail("a set was scored"))
+    monkeypatch.setattr(blimp, "score_items", lambda *a, **k: pytest.fail("a set was scored"))
     model = BigramMaskedLM(len(tokenizer))
-    with pytest.raises(InputError, match=r"b_second\.jsonl, line 2, sentence_bad: '\\u200b' has no token to score"):
+    with pytest.raises(InputError, match=r"b_second\.jsonl:2, candidate 1: '\\u200b' has no token to score"):
         evaluate_blimp(model, tokenizer, data, tmp_path / "out", causal=False, progress=False)
     assert not (tmp_path / "out").exists()
 

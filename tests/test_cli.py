@@ -289,13 +289,14 @@ def test_stdout_holds_the_result_alone_while_libraries_print_to_stderr(tmp_path,
 
 
 def test_help_and_version_answer_without_importing_the_package():
-    """`elc-bert --help`, `--version` and a usage error are the parser's alone (`elc_bert_cli`): neither the package
-    nor torch nor transformers is imported (importing them takes seconds)."""
+    """`elc-bert --help`, `--version` and a usage error are the parser's alone (`elc_bert_cli`, which the console
+    script `elc_bert_main` runs first): neither the package nor torch nor transformers is imported (importing them
+    takes seconds)."""
     script = (
-        "import sys, elc_bert_cli\n"
+        "import sys, elc_bert_main\n"
         "for argv in (['--help'], ['--version'], ['pretrain'], ['no-such-command']):\n"
         "    try:\n"
-        "        elc_bert_cli.main(argv)\n"
+        "        elc_bert_main.main(argv)\n"
         "    except SystemExit as done:\n"
         "        print('EXIT', done.code)\n"
         "print('IMPORTED', sorted(m for m in ('elc_bert', 'torch', 'transformers') if m in sys.modules))\n"
@@ -315,9 +316,9 @@ def test_analyze_strategies_are_checked_by_the_parser_and_listed_in_help():
     """`elc-bert analyze --strategies skipp` was refused only after the model and data had loaded (18 s); the parser
     now refuses it at once, without importing the package, and `analyze --help` lists the choices."""
     script = (
-        "import sys, elc_bert_cli\n"
+        "import sys, elc_bert_main\n"
         "try:\n"
-        "    elc_bert_cli.main(['analyze', 'm', '--data', 'd', '--out', 'o', '--strategies', 'skip', 'skipp'])\n"
+        "    elc_bert_main.main(['analyze', 'm', '--data', 'd', '--out', 'o', '--strategies', 'skip', 'skipp'])\n"
         "except SystemExit as done:\n"
         "    print('EXIT', done.code)\n"
         "print('IMPORTED', sorted(m for m in ('elc_bert', 'torch', 'transformers') if m in sys.modules))\n"
@@ -339,6 +340,40 @@ def test_the_parser_knows_the_painters_strategies_of_the_analysis():
     from elc_bert.analysis.interventions import STRATEGIES
 
     assert elc_bert_cli.PAINTERS_STRATEGIES == STRATEGIES
+
+
+def test_collate_tracks_and_backends_are_checked_by_the_parser():
+    """`elc-bert collate --track strict-smal` (or a misspelt --backend) is refused by the parser at once, naming the
+    flag and the choices, without importing the package; its choices are the collation's own."""
+    script = (
+        "import sys, elc_bert_main\n"
+        "base = ['collate', 'm', '--results', 'r', '--data', 'd']\n"
+        "for extra in (['--track', 'strict-smal'], ['--track', 'strict', '--backend', 'mlmm']):\n"
+        "    try:\n"
+        "        elc_bert_main.main(base + extra)\n"
+        "    except SystemExit as done:\n"
+        "        print('EXIT', done.code)\n"
+        "print('IMPORTED', sorted(m for m in ('elc_bert', 'torch', 'transformers') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.count("EXIT 2") == 2 and "IMPORTED []" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (
+        "argument --track: invalid choice: 'strict-smal' (choose from " in done.stderr and "interaction" in done.stderr
+    )
+    assert "argument --backend: invalid choice: 'mlmm'" in done.stderr
+
+    import elc_bert_cli
+    from elc_bert.evaluation.collate import BACKENDS, TRACKS
+
+    assert (elc_bert_cli.COLLATE_TRACKS, elc_bert_cli.COLLATE_BACKENDS) == (TRACKS, BACKENDS)
+
+
+def test_the_console_script_parses_then_runs_the_command(tmp_path, capsys):
+    """`elc_bert_main.main`, the `elc-bert` console script, runs a parsed command in the package (`elc_bert.cli`)."""
+    import elc_bert_main
+
+    elc_bert_main.main(["scorecard", str(tmp_path)])
+    assert "| n/a | n/a | n/a | n/a | n/a |" in capsys.readouterr().out
 
 
 def test_the_citation_and_the_changelog_carry_the_version():

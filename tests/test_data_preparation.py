@@ -22,10 +22,10 @@ from elc_bert.data.preparation import (
     segmented,
     source_of,
 )
+from elc_bert.data.pretraining_batches import sample_words
 from elc_bert.data.text import corpus_files, read_lines
 from elc_bert.data.tokenizer import train_tokenizer
 from elc_bert.models.errors import InputError, InputExistsError
-from elc_bert.training.pretrain import sample_words
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "babylm"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import TINY, wikiann_ner_fields
+from safetensors.torch import load_file
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, pretrained
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
@@ -122,6 +123,13 @@ def test_fine_tuning_jobs_refuse_models_that_did_not_load(tmp_path):
 
     folder = _unfilled_folder(tmp_path)
     labels = ["O", "B-PER", "I-PER"]
+
+    def check_built_on(model, checkpoint: Path):
+        """`model` holds the word embeddings saved in `checkpoint` (loaded, not drawn) and a head for `labels`."""
+        saved = load_file(checkpoint / "model.safetensors")["elc_bert.embeddings.word_embeddings.weight"]
+        assert torch.equal(model.get_input_embeddings().weight, saved), f"{checkpoint}'s weights were not loaded"
+        assert model.config.id2label == dict(enumerate(labels))
+
     for fusion in (None, "dwatt"):
         config = finetune_ner.FinetuneNerConfig(
             output_dir=str(tmp_path / "ner"), data_dir=str(tmp_path), model=str(folder), fusion=fusion
@@ -135,7 +143,7 @@ def test_fine_tuning_jobs_refuse_models_that_did_not_load(tmp_path):
             fusion=fusion,
             allow_unloaded_weights=True,
         )
-        assert finetune_ner.build_model(allowed, labels) is not None
+        check_built_on(finetune_ner.build_model(allowed, labels), folder)  # the weights it has are loaded
     with pytest.raises(ValueError, match=r"does not fill .*encoder.layers.3"):
         mlm._model(
             mlm.MlmConfig(output_dir=str(tmp_path / "mlm"), data_dir=str(tmp_path), model=str(folder)), str(folder)
@@ -150,14 +158,14 @@ def test_fine_tuning_jobs_refuse_models_that_did_not_load(tmp_path):
     whole = tmp_path / "whole"
     ElcBertForMaskedLM(ElcBertConfig(**TINY)).save_pretrained(whole)
     config = finetune_ner.FinetuneNerConfig(output_dir=str(tmp_path / "ner2"), data_dir=str(tmp_path), model=str(whole))
-    assert finetune_ner.build_model(config, labels).classifier is not None
+    check_built_on(finetune_ner.build_model(config, labels), whole)
 
 
 def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
     import datasets
 
     from elc_bert.data.pretraining import packed_segments
-    from elc_bert.training.pretrain import StreamedRows
+    from elc_bert.data.pretraining_batches import StreamedRows
 
     empty = datasets.Dataset.from_dict({"input_ids": [[1, 2]]}).to_iterable_dataset().filter(lambda row: False)
     with pytest.raises(ValueError, match="yielded no sample in a whole pass"):

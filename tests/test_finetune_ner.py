@@ -85,14 +85,14 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, caplog)
     with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
         summary = finetune_ner(config, callbacks=[probe])  # that process is gone: its trial is taken over
     assert "N=2 trial 1: best dev F1" in caplog.text
-    scores = summary["n2"]["best_dev_f1"]
+    scores = summary.shots[2].best_dev_f1
     assert scores[0] == partial["n2"]["best_dev_f1"][0]
     # feature extraction with the cache filled ahead of training: no training step misses it
     trial_sizes = [json.loads((tmp_path / "ner" / "n2" / f"trial{t}" / "result.json").read_text()) for t in (0, 1)]
     assert probe.cached_at_start == [trial["train_sentences"] for trial in trial_sizes]
     assert probe.misses_at_first_step == [0, 0]
     assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
-    assert summary["n2"]["mean"] == pytest.approx(sum(scores) / 2)
+    assert summary.shots[2].mean == pytest.approx(sum(scores) / 2)
     trial = json.loads((tmp_path / "ner" / "n2" / "trial0" / "result.json").read_text())
     assert len(trial["dev_f1_per_epoch"]) == 3 and trial["best_dev_f1"] == max(trial["dev_f1_per_epoch"])
     table = (tmp_path / "ner" / "results.md").read_text()
@@ -103,7 +103,7 @@ def test_few_shot_run_writes_results_and_skips_finished_trials(tmp_path, caplog)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_ner"):
         again = finetune_ner(config)
-    assert again["n2"]["best_dev_f1"] == scores
+    assert again.shots[2].best_dev_f1 == scores
     assert "best dev F1" not in caplog.text
 
 
@@ -228,12 +228,12 @@ def test_best_model_is_kept_scored_on_test_and_runs_in_a_pipeline(tmp_path, keep
     best = max((0, 1), key=lambda t: results[t]["best_dev_f1"])
     kept = [t for t in (0, 1) if (tmp_path / "ner" / "n6" / f"trial{t}" / "model").is_dir()]
     assert kept == {"best": [best], "all": [0, 1], "none": []}[keep]
-    assert summary["n6"]["test_f1"] == [result["test"]["f1"] for result in results]
+    assert summary.shots[6].test_f1 == [result["test"]["f1"] for result in results]
     assert "test F1" in (tmp_path / "ner" / "results.md").read_text()
     if keep == "none":
-        assert summary["n6"]["model"] is None
+        assert summary.shots[6].model is None
         return
-    folder = tmp_path / "ner" / summary["n6"]["model"]
+    folder = tmp_path / "ner" / summary.shots[6].model
     assert folder == tmp_path / "ner" / "n6" / f"trial{best}" / "model"
     from elc_bert import runs  # the kept model is recorded, so that `elc-bert export --run-dir` accepts it
 
@@ -409,6 +409,45 @@ def test_the_table_shows_an_n_without_a_finished_trial(tmp_path):
     assert "| 4 | 50.0 (one trial, no interval) | 50.0 | - |" in table and "| 8 | - (0 of 1 trials) | - | - |" in table
 
 
+def test_results_read_back_as_written_and_older_files_read(tmp_path):
+    """results.json in the shape the job has always written (a literal here) reads into `NerResults` and writes back
+    the same JSON; a file written before a key existed (`of`, `truncated_sentences`) still reads; a trial's
+    result.json reads as `TrialResult` and writes back without the fields it did not record."""
+    from elc_bert.job_configs.ner_results import NerResults, TrialResult
+
+    written = {
+        "config": {"model": "m", "fusion": "dwatt", "freeze_backbone": True, "fine_tuning": None},
+        "n4": {
+            "best_dev_f1": [0.5, 0.7],
+            "mean": 0.6,
+            "ci95": 1.27,
+            "of": 2,
+            "test_f1": [0.4, 0.6],
+            "test_mean": 0.5,
+            "test_ci95": 1.27,
+            "model": "n4/trial1/model",
+        },
+        "n8": {"best_dev_f1": [0.8], "mean": 0.8, "ci95": None, "of": 2},
+        "truncated_sentences": {"dev": 3, "test": 0, "max_length": 16},
+        "sentences": {"train": 100, "dev": 20, "test": 20},
+    }
+    (tmp_path / "results.json").write_text(json.dumps(written))
+    results = NerResults.read(tmp_path)
+    assert results.to_json() == written
+    assert results.shots[4].model == "n4/trial1/model" and results.shots[4].tested and not results.shots[8].tested
+    assert not results.shots[8].finished and results.truncated == {"dev": 3, "test": 0} and results.max_length == 16
+    older = NerResults.from_json({"n4": {"best_dev_f1": [0.5], "mean": 0.5, "ci95": None}})
+    assert older.shots[4].of == 1 and older.shots[4].finished and not older.tested and older.max_length is None
+    assert NerResults.read(tmp_path / "no-run") is None
+
+    trial = {"shots": 4, "trial": 0, "best_dev_f1": 0.5, "dev_f1_per_epoch": [0.4, 0.5], "test": {"f1": 0.45}}
+    (tmp_path / "result.json").write_text(json.dumps(trial))
+    read = TrialResult.read(tmp_path / "result.json")
+    assert read.test_f1 == 0.45 and read.mean_depth_weights is None
+    read.write(tmp_path)
+    assert json.loads((tmp_path / "result.json").read_text()) == trial
+
+
 def test_truncated_sentences_are_reported(tmp_path):
     from elc_bert.training.finetune_ner import write_results
 
@@ -418,7 +457,7 @@ def test_truncated_sentences_are_reported(tmp_path):
     (tmp_path / "n4" / "trial0" / "result.json").write_text(json.dumps(result))
     summary = write_results(config, {"dev": 3, "test": 0})
     expected = {"dev": 3, "test": 0, "max_length": 16}
-    assert summary["truncated_sentences"] == expected
+    assert summary.truncated == {"dev": 3, "test": 0} and summary.max_length == 16
     assert json.loads((tmp_path / "results.json").read_text())["truncated_sentences"] == expected
     assert (
         "Sentences with words past max_length (16), counted as O: 3 dev, 0 test."
@@ -523,7 +562,7 @@ def test_short_max_length_run_scores_whole_sentences(tmp_path, caplog):
         split: sum(map(cut, data[name]["tokens"][:16])) for split, name in (("dev", "validation"), ("test", "test"))
     }
     assert expected["dev"] > 0 and expected["test"] > 0
-    assert summary["truncated_sentences"] == {**expected, "max_length": 8}
+    assert summary.truncated == expected and summary.max_length == 8
     assert f"{expected['dev']} dev sentences have words past max_length (8 sub-tokens)" in caplog.text
     trial = json.loads((tmp_path / "ner" / "n4" / "trial0" / "result.json").read_text())
     assert 0.0 <= trial["test"]["recall"] <= 1.0 and 0.0 <= trial["best_dev_f1"] <= 1.0

@@ -23,10 +23,10 @@ from elc_bert import (
 )
 from elc_bert.data.corpus import packed_samples
 from elc_bert.data.ner import load_conll03
+from elc_bert.data.pretraining_batches import sample_words
 from elc_bert.data.tokenizer import load_tokenizer, pipeline_ready, save_tokenizer, train_tokenizer
 from elc_bert.evaluation.blimp import evaluate_blimp
 from elc_bert.pretrained import load_model
-from elc_bert.training.pretrain import sample_words
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"

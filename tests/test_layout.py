@@ -125,6 +125,38 @@ def test_one_registration_per_fusion_kind_covers_the_model():
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_module_outside_data_builds_pretraining_batches():
+    """What goes into a model is made in `data/` (the jobs orchestrate): outside it, no module defines a dataset,
+    sampler or collator (a class deriving from a `*Dataset` / `*Sampler` class, or named `*Collator`), reaches into
+    `torch.utils.data`, or defines a function or class of one of `data.pretraining_batches`' names (a second home for
+    batch-making)."""
+    from elc_bert.data import pretraining_batches
+
+    batch_names = {
+        name
+        for name, value in vars(pretraining_batches).items()
+        if not name.startswith("_") and getattr(value, "__module__", None) == pretraining_batches.__name__
+    }
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE)
+        if name.parts[0] == "data":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and (
+                node.name.endswith("Collator")
+                or any(ast.unparse(base).endswith(("Dataset", "Sampler")) for base in node.bases)
+            ):
+                found.append(f"{name}:{node.lineno} defines {node.name}")
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name in batch_names:
+                found.append(f"{name}:{node.lineno} defines {node.name}, which data.pretraining_batches owns")
+            if isinstance(node, ast.Attribute) and ast.unparse(node) == "torch.utils.data":
+                found.append(f"{name}:{node.lineno} uses torch.utils.data")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torch.utils.data"):
+                found.append(f"{name}:{node.lineno} imports {node.module}")
+    assert not found, "\n".join(found)
+
+
 def test_run_file_names_and_auto_classes_have_one_owner():
     """A name the package shares is defined once and imported: no module types another's file name
     (trainer_state.json, eval/, report.md/.json) or imports another module's private name (`_AUTO_CLASSES`)."""
@@ -178,4 +210,120 @@ def test_test_files_share_code_only_through_helpers():
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
             found += [f"{path.name} imports {name}" for name in names if name.startswith(("test_", "conftest"))]
+    assert not found, "\n".join(found)
+
+
+def test_minimal_pairs_have_one_engine():
+    """A minimal pair is read, checked, scored, decided and its kept scores keyed in one place, `evaluation/babylm.py`
+    (`read_task`, `check_items`, `score_items`, `chosen`, `result_key`); eval-blimp's report is a view over the engine's
+    per-pair scores. So no other evaluation module calls the sentence scorers (or their check) itself, and blimp.py
+    reads no JSON Lines of its own and goes through the engine's steps."""
+    scorers = {"pseudo_log_likelihoods", "causal_log_likelihoods", "check_scorable"}
+    engine = {"read_task", "check_items", "score_items", "chosen", "result_key"}
+    wrong = []
+    for path in sorted((PACKAGE / "evaluation").glob("*.py")):
+        if path.name == "babylm.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+        used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+        wrong += [f"{path.name} uses {name}" for name in sorted(used & scorers)]
+        if path.name == "blimp.py":
+            wrong += ["blimp.py uses read_jsonl"] if "read_jsonl" in used else []
+            wrong += [f"blimp.py does not use the engine's {name}" for name in sorted(engine - used)]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_cli_imports_point_one_way_and_a_job_is_declared_once():
+    """The `elc-bert` command is a parser (`elc_bert_cli`, which imports nothing of the package, so that `--help`
+    answers at once), the package's runners (`elc_bert.cli`, which imports the parser) and the console script
+    (`elc_bert_main`, the one module that imports both): the parser imports nothing of the runners, not even inside a
+    function, and the package nothing of the console script. Each question about a command has one table: the parser
+    declares it; `elc_bert.cli.RUNNERS` runs it (no `if` chain on its name); a job's config file is
+    `runs.JOB_CONFIGS`, from which `job_configs.CONFIG_CLASSES` is derived, not written again."""
+    from collections import Counter
+
+    import elc_bert_cli
+    from elc_bert import cli
+    from elc_bert.job_configs import CONFIG_CLASSES
+
+    def imported(path: Path) -> set[str]:
+        """The absolute imports of the module at `path`, at any depth of its code: modules and `module.name`s."""
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        return names
+
+    def is_runner(name: str) -> bool:  # the runners' module, or the console script that imports it
+        return name.split(".")[:2] == ["elc_bert", "cli"] or name.split(".")[0] == "elc_bert_main"
+
+    wrong = [
+        f"elc_bert_cli.py imports {name}" for name in sorted(imported(REPO / "elc_bert_cli.py")) if is_runner(name)
+    ]
+    wrong += [
+        f"{path.relative_to(REPO)} imports the console script"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if any(name.split(".")[0] == "elc_bert_main" for name in imported(path))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+    commands = set(elc_bert_cli.build_parser()._subparsers._group_actions[0].choices)
+    assert set(getattr(cli, "RUNNERS", {})) == commands, "each command of the parser has a runner, and nothing else"
+    assert set(elc_bert_cli.JOBS) == set(runs.JOB_CONFIGS) == set(CONFIG_CLASSES)
+    keys, compared = [], []  # (command, file) of each dict key that names a command; comparisons with one
+    for name in ("cli.py", "runs/layout.py", "job_configs/__init__.py"):
+        for node in ast.walk(ast.parse((PACKAGE / name).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Dict):
+                keys += [
+                    (key.value, name) for key in node.keys if isinstance(key, ast.Constant) and key.value in commands
+                ]
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                if any(isinstance(operand, ast.Constant) and operand.value in commands for operand in operands):
+                    compared.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
+    assert not compared, "an if chain on the command: " + "; ".join(compared)
+    assert Counter(command for command, name in keys if name == "cli.py") == Counter(commands)  # RUNNERS alone
+    assert Counter(command for command, name in keys if name != "cli.py") == Counter(list(elc_bert_cli.JOBS))  # one map
+
+
+def test_finetune_ner_results_are_read_through_their_dataclasses():
+    """finetune-ner's results.json has one owner, `job_configs.ner_results` (the dataclasses the job writes): no other
+    module of the package or of scripts/ reads or writes one of its keys as a string (`entry["ci95"]`,
+    `summary.get("truncated_sentences")`, `"test_mean" in entry`, a key in a table of keys) or names an N's entry
+    (`summary[f"n{shots}"]`): the job, the results table, the card and the scripts read fields."""
+    from elc_bert.job_configs import ner_results
+
+    entry = ner_results.ShotResults([0.5, 0.6], 0.55, 0.1, 2, [0.4, 0.5], 0.45, 0.1, "n8/trial1/model")
+    record = ner_results.NerResults({}, {8: entry}, {"dev": 1}, 16, {"train": 10}).to_json()
+    keys = {key for key in record if not key.startswith("n8")} | set(record["n8"])
+    # Words that other files' keys share (a GLUE summary's "model" and "mean", a corpus batch's "sentences"): the
+    # reads of ours among them are found by their neighbours (`ci95` beside `mean`) and the N's key.
+    keys -= {"config", "model", "mean", "sentences"}
+    assert {"best_dev_f1", "ci95", "test_mean", "truncated_sentences"} <= keys
+    owner = PACKAGE / "job_configs" / "ner_results.py"
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "scripts").glob("*.py")]):
+        if path == owner:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            key = node.slice if isinstance(node, ast.Subscript) else None
+            if isinstance(key, ast.JoinedStr):  # f"n{shots}"
+                key = key.values[0]
+                n_entry = isinstance(key, ast.Constant) and key.value == "n"
+            else:  # "n8"
+                n_entry = isinstance(key, ast.Constant) and re.fullmatch(r"n\d+", str(key.value))
+            named = isinstance(node, ast.Constant) and node.value in keys and id(node) not in docstrings
+            if named or n_entry:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "\n".join(found)

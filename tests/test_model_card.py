@@ -21,6 +21,7 @@ from elc_bert.cli import main as cli_main
 from elc_bert.hub.export import export
 from elc_bert.hub.model_card import install_instructions, shown_path
 from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig, save_config
+from elc_bert.job_configs.ner_results import NerResults
 from elc_bert.training.finetune_ner import write_results
 
 
@@ -56,7 +57,7 @@ def test_model_card_of_a_pretraining_run(pretrain_run, tmp_path):
     assert "model-index" not in metadata and "validation MLM loss" not in text
 
 
-def _ner_run(run: Path, exported, test_f1: dict | None = None, sentences=None, **config) -> tuple[dict, Path]:
+def _ner_run(run: Path, exported, test_f1: dict | None = None, sentences=None, **config) -> tuple[NerResults, Path]:
     """A finished few-shot NER run of two trials for N = 8 and 32 (best dev F1, DWAtt depth weights, and the test
     F1 of `test_f1` {(N, trial): F1} where given; `sentences` read per split where given), with the trial model it
     kept: (its summary, that model)."""
@@ -92,7 +93,7 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
     assert "CoNLL-2003 from local files `unused`" in text and "conll2003`" not in text
     # One model-index entry per task and dataset (huggingface_hub's grouping), holding one F1 per N.
     [result] = metadata["model-index"][0]["results"]
-    assert [m["value"] for m in result["metrics"]] == [summary["n8"]["mean"], summary["n32"]["mean"]]
+    assert [m["value"] for m in result["metrics"]] == [summary.shots[8].mean, summary.shots[32].mean]
     names = [m["name"] for m in result["metrics"]]
     assert names[0].startswith("best dev micro-F1, N=8 ") and names[1].startswith("best dev micro-F1, N=32 ")
     assert all(m["type"] == "f1" for m in result["metrics"]) and result["dataset"]["split"] == "validation"
@@ -105,7 +106,7 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
 
 def _pretrain_run(train_files: list, data_dir: str):
     """What the card knows of a pretraining run on `train_files` under `data_dir` (its config only)."""
-    from elc_bert.hub.model_card import Run
+    from elc_bert.hub.run_measures import Run
 
     return Run("pretrain", PretrainConfig(output_dir="run", train_files=train_files, data_dir=data_dir))
 
@@ -191,7 +192,8 @@ def test_the_card_reads_the_saved_config_as_the_job_checked_it(tmp_path):
 def test_card_data_source_is_what_the_job_read_not_what_the_export_folder_holds(tmp_path, monkeypatch, exported):
     """Local or Hub data is told from the run (its config; the folder it ran in where the run shows it), never from
     the folder `export` runs in; the model-index's dataset type is the dataset's Hub id, never a local path."""
-    from elc_bert.hub.model_card import card_data, read_run
+    from elc_bert.hub.model_card import card_data
+    from elc_bert.hub.run_measures import read_run
 
     elsewhere = tmp_path / "elsewhere"  # export runs here: no data/ folder, but a Salesforce/wikitext one
     (elsewhere / "Salesforce" / "wikitext").mkdir(parents=True)
@@ -262,13 +264,10 @@ def test_few_shot_ner_card_holds_the_test_f1_the_run_measured(exported, tmp_path
     metadata, text = _card(export(kept, tmp_path / "out", run_dir=run))
     results = {result["dataset"]["split"]: result for result in metadata["model-index"][0]["results"]}
     assert sorted(results) == ["test", "validation"]
-    assert [m["value"] for m in results["validation"]["metrics"]] == [summary["n8"]["mean"], summary["n32"]["mean"]]
-    assert [m["value"] for m in results["test"]["metrics"]] == [
-        summary["n8"]["test_mean"],
-        summary["n32"]["test_mean"],
-    ]
+    assert [m["value"] for m in results["validation"]["metrics"]] == [summary.shots[8].mean, summary.shots[32].mean]
+    assert [m["value"] for m in results["test"]["metrics"]] == [summary.shots[8].test_mean, summary.shots[32].test_mean]
     assert results["test"]["metrics"][0]["name"].startswith("test micro-F1 of the best dev epoch, N=8 ")
-    row = f"| {100 * summary['n32']['test_mean']:.1f} +- {100 * summary['n32']['test_ci95']:.1f} (55.0, 57.0) |"
+    row = f"| {100 * summary.shots[32].test_mean:.1f} +- {100 * summary.shots[32].test_ci95:.1f} (55.0, 57.0) |"
     assert "test micro-F1 of the best dev epoch, N=32 " in text and row in text
     assert "holds test-set scores too" in text
 

@@ -564,14 +564,20 @@ def test_task_head_loss_and_backward(model_class, arch):
         (ElcBertForSequenceClassification, "ForSequenceClassification"),
         (ElcBertForTokenClassification, "ForTokenClassification"),
         (ElcBertForQuestionAnswering, "ForQuestionAnswering"),
+        (ElcBertForMultipleChoice, None),
     ],
     ids=lambda value: class_id(value) if isinstance(value, type) else None,
 )
 def test_heads_compute_their_loss_with_the_library_loss_function(model_class, loss_type):
     """The heads' losses are the `transformers` ones their class names select (`loss_function`), so a loss function
-    set on the model is the one used."""
+    set on the model is the one used. Multiple choice has none in `LOSS_MAPPING` (the library's own heads call
+    CrossEntropyLoss): its default is a cross-entropy over the choices, never the causal-LM fallback, and is
+    replaced the same way."""
     model = task_model(model_class)
-    assert model.loss_function is LOSS_MAPPING[loss_type]
+    if loss_type is not None:
+        assert model.loss_function is LOSS_MAPPING[loss_type]
+    else:
+        assert model.loss_function is not LOSS_MAPPING["ForCausalLM"]
     input_ids, attention_mask = task_inputs(model_class)
     model.loss_function = lambda *args, **kwargs: torch.tensor(7.0)
     out = model(input_ids, attention_mask=attention_mask, **_labels_for(model_class, input_ids, attention_mask))

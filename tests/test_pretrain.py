@@ -14,8 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from elc_bert import runs
+from elc_bert.data.pretraining_batches import BatchRowCollator, evenly_spaced
 from elc_bert.job_configs import load_config, save_config
-from elc_bert.training.pretrain import PretrainConfig, evenly_spaced, pretrain
+from elc_bert.training.pretrain import PretrainConfig, pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
 
@@ -187,17 +188,15 @@ def test_two_processes_share_each_global_batch_and_match_one_process(tmp_path, l
 
 def test_long_phase_switches_to_long_samples_with_a_quarter_batch(tmp_path, monkeypatch):
     """The recipe's last 10%: samples up to long_seq_length tokens, batch/4, same run (one schedule, one optimizer)."""
-    import elc_bert.training.pretrain as job
-
     shapes = []
-    collate = job.BatchRowCollator.__call__
+    collate = BatchRowCollator.__call__
 
     def recording(self, rows):
         batch = collate(self, rows)
         shapes.append(tuple(batch["input_ids"].shape))
         return batch
 
-    monkeypatch.setattr(job.BatchRowCollator, "__call__", recording)
+    monkeypatch.setattr(BatchRowCollator, "__call__", recording)
     config = _config(tmp_path, max_steps=10, seq_length=32, long_seq_length=128, long_after=0.8, batch_size=8)
     pretrain(config)
     assert len(shapes) == 10
@@ -210,7 +209,7 @@ def test_long_phase_switches_to_long_samples_with_a_quarter_batch(tmp_path, monk
 
 
 def test_batches_cover_each_epoch_once():
-    from elc_bert.data.pretraining import schedule_batches
+    from elc_bert.data.pretraining_batches import schedule_batches
 
     batches = schedule_batches(10, 4, 5, seed=3)  # 20 draws = two epochs of 10
     flat = [i for batch in batches for i in batch]
@@ -227,6 +226,20 @@ def test_capped_validation_set_spans_every_file():
     assert evenly_spaced(samples[:5], 10) == samples[:5]
     with pytest.raises(ValueError, match="max_eval_samples"):
         PretrainConfig(output_dir="x", train_files=["a"], max_eval_samples=0)
+
+
+def test_saved_training_arguments_hold_the_runs_learning_rate_weight_decay_and_warmup(tmp_path):
+    """The job builds its own optimizer and schedule (LAMB, warm-up + cosine); the TrainingArguments it saves with the
+    run and its checkpoints (training_args.bin) still say what they were: its learning rate, weight decay and warm-up
+    steps (warmup_ratio x max_steps, rounded up), not the library's defaults."""
+    config = _config(
+        tmp_path, max_steps=4, learning_rate=3e-3, weight_decay=0.05, warmup_ratio=0.5, training={"save_steps": 2}
+    )
+    pretrain(config)
+    run = Path(config.output_dir)
+    for folder in (run, run / "checkpoint-2"):
+        args = torch.load(folder / "training_args.bin", weights_only=False)
+        assert (args.learning_rate, args.weight_decay, args.warmup_steps) == (3e-3, 0.05, 2), folder.name
 
 
 def test_resuming_with_a_different_config_names_the_fields(tmp_path):

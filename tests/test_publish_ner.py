@@ -56,7 +56,7 @@ def test_a_few_shot_ner_run_is_published_and_loads_from_the_hub_without_the_pack
         max_test_sentences=16,
     )
     summary = finetune_ner(config)
-    kept = tmp_path / "ner" / summary["n6"]["model"]
+    kept = tmp_path / "ner" / summary.shots[6].model
     results = json.loads((tmp_path / "ner" / "results.json").read_text())
 
     out = tmp_path / "hub-folder"

@@ -9,12 +9,11 @@ second push uploads nothing, a push cut short resumes, a repository of another r
 """
 
 import json
-from pathlib import Path
 
 import huggingface_hub
 import pytest
 from helpers import EXPORTED_MODELS as MODELS
-from helpers import WIKITEXT_SAMPLE
+from helpers import MILESTONES, milestone_run
 from hub_server import local_hub
 from safetensors.torch import load_file
 
@@ -65,35 +64,6 @@ def test_push_without_a_token_is_a_clear_error(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------------------------------------ BabyLM revisions
 REPO_ID = "test-user/babylm-run"
-MILESTONES = {"chck_1M": "words-1M", "chck_2M": "words-2M", "chck_3M": "words-3M"}
-
-
-def milestone_run(root: Path, seed: int) -> Path:
-    """A tiny pretraining run keeping words-1M, words-2M and words-3M: the words each step shows are scaled by 10^4
-    (a step of 8 samples of 32 tokens shows ~60 words of the sample), so that six steps pass 1M, 2M and 3M."""
-    from elc_bert.training import pretrain as pretrain_module
-
-    real = pretrain_module.sample_words
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(pretrain_module, "sample_words", lambda samples: real(samples) * 10_000)
-        config = pretrain_module.PretrainConfig(
-            output_dir=str(root / "run"),
-            data_dir=str(WIKITEXT_SAMPLE.parent),
-            train_files=[WIKITEXT_SAMPLE.name],
-            preset="tiny",
-            vocab_size=300,
-            min_frequency=2,
-            seq_length=32,
-            max_steps=6,
-            batch_size=8,
-            seed=seed,
-            checkpoint_words=[10**6, 2 * 10**6, 3 * 10**6],
-            training={"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0, "disable_tqdm": True},
-        )
-        pretrain_module.pretrain(config)
-    run = root / "run"
-    assert sorted(path.name for path in run.glob(runs.WORDS_CHECKPOINT + "*")) == sorted(MILESTONES.values())
-    return run
 
 
 @pytest.fixture(scope="module")

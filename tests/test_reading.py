@@ -20,15 +20,10 @@ from helpers import (
     READING_HEADER,
     READING_MEASURES,
     SHARED,
-    TINY,
-    WIKITEXT_SAMPLE,
-    randomise_elc_logits,
     write_reading_csv,
 )
-from transformers import GPT2Config, GPT2LMHeadModel
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
-from elc_bert.data.tokenizer import train_tokenizer
+from elc_bert import InputError
 from elc_bert.evaluation import babylm, reading
 from elc_bert.evaluation.babylm import evaluate_babylm
 
@@ -46,26 +41,6 @@ SPILLOVER_FORMULA = (
     "length:prev_length + length:prev_pred + context_length:prev_length + context_length:prev_pred + "
     "prev_length:prev_pred"
 )
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return train_tokenizer(WIKITEXT_SAMPLE.read_text(encoding="utf-8").splitlines()[:600], 400, 2)
-
-
-@pytest.fixture(scope="module")
-def mlm(tokenizer):
-    torch.manual_seed(0)
-    model = ElcBertForMaskedLM(ElcBertConfig(**{**TINY, "vocab_size": len(tokenizer)}))
-    randomise_elc_logits(model)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def gpt(tokenizer):
-    torch.manual_seed(1)
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=256, n_embd=32, n_layer=2, n_head=4)
-    return GPT2LMHeadModel(config).eval()
 
 
 # ----------------------------------------------------------------------------- naive word-level quantities

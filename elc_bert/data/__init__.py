@@ -1,1 +1,1 @@
-"""What goes in: tokenizers, datasets and collators."""
+"""What goes in: tokenizers, corpora, packed samples, pretraining batches and collators."""

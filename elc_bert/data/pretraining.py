@@ -266,15 +266,3 @@ class SpanMaskingCollator:
         masked = torch.where(chosen & (roll >= 0.8) & (roll < 0.9), draws["random_tokens"], masked)
         labels = torch.where(chosen, input_ids, -100)
         return masked, labels
-
-
-def schedule_batches(num_samples: int, batch_size: int, num_batches: int, seed: int) -> list[list[int]]:
-    """Sample indices of `num_batches` full batches: successive seeded permutations of range(num_samples) (one per
-    epoch), read in consecutive chunks of `batch_size`, so that every sample is seen once per epoch."""
-    if num_samples == 0:
-        raise InputError("cannot schedule batches from an empty dataset")
-    generator = torch.Generator().manual_seed(seed)
-    needed = num_batches * batch_size
-    epochs = -(-needed // num_samples)
-    order = torch.cat([torch.randperm(num_samples, generator=generator) for _ in range(epochs)])[:needed]
-    return order.view(num_batches, batch_size).tolist() if num_batches else []

@@ -4,7 +4,7 @@ Every task is a list of items; an item has candidate sentences, the completion o
 the sentence is context), the UID it is reported under and, for the wug tests, the human preference `ratio`:
 
     task             folders (full / fast)                  candidates                         scored      UID
-    blimp            blimp_filtered / blimp_fast            sentence_good, sentence_bad        whole       UID
+    blimp            blimp_filtered / blimp_fast            sentence_good, sentence_bad        whole       UID (file)
     supplement       supplement_filtered / supplement_fast  sentence_good, sentence_bad        whole       file
     ewok             ewok_filtered / ewok_fast              Context1 + " " + Target1, Target2  " Target"   Domain
     entity_tracking  entity_tracking / entity_tracking_fast input_prefix + each option         the option  file_N_ops
@@ -12,8 +12,9 @@ the sentence is context), the UID it is reported under and, for the wug tests, t
     wug_past         wug_past_tense                         its tab-separated sentences        whole       wug_past
     comps            comps                                  prefix_(un)acceptable + property   property    base, ...
 
-(`file` is the file's name without .jsonl / .jsonl.gz.) The reading task (folder `reading`, its reading_data.csv) is
-no list of candidates: `reading` computes it. Candidate 0 is the right one. A candidate's score is the
+(`file` is the file's name without .jsonl / .jsonl.gz; a BLiMP pair without UID or linguistics_term takes it for both,
+as `eval-blimp` reads BLiMP-style files, one paradigm each.) The reading task (folder `reading`, its reading_data.csv)
+is no list of candidates: `reading` computes it. Candidate 0 is the right one. A candidate's score is the
 (pseudo-)log-likelihood of its completion's tokens (`scoring`); the prediction is the first candidate with the highest
 score, so a tie counts as right, as in the official pipeline. Metrics: accuracy per UID (and per value of the other
 metadata the pipeline counts), averaged over UIDs; entity tracking averages the UIDs of each of its three files, then
@@ -77,13 +78,18 @@ def _file_uid(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".jsonl")
 
 
+SUPPLEMENT = "supplement"  # the field and term of a minimal pair that has no field (the supplement's)
+
+
 def _minimal_pair(record, path: Path, where: str) -> Item:
     good, bad = _fields(record, ("sentence_good", "sentence_bad"), where)
     if "field" in record:  # BLiMP proper
-        uid, field_name, term = _fields(record, ("UID", "field", "linguistics_term"), where)
+        (field_name,) = _fields(record, ("field",), where)
         field_name = "syntax/semantics" if field_name == "syntax_semantics" else field_name
+        uid = record.get("UID") or _file_uid(path)
+        term = record.get("linguistics_term") or _file_uid(path)
     else:  # the supplement: no field or UID
-        uid, field_name, term = _file_uid(path), "supplement", "supplement"
+        uid, field_name, term = _file_uid(path), SUPPLEMENT, SUPPLEMENT
     return Item([good, bad], [good, bad], uid, where, {"field": field_name, "linguistics_term": term})
 
 
@@ -205,10 +211,11 @@ def find_task_folder(task: str, data: Path) -> Path:
 
 
 def read_task(task: str, folder: Path) -> list[Item]:
-    """The items of `task` in `folder`, in file and line order; bad records raise ValueError naming file:line."""
+    """The items of `task` in `folder` (or in the one file `folder`), in file and line order; bad records raise
+    ValueError naming file:line."""
     if task not in TASKS:
         raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
-    files = task_files(folder, task)
+    files = [folder] if folder.is_file() else task_files(folder, task)
     if not files:
         names = " or ".join(f"*{suffix}" for suffix in TASKS[task].suffixes)
         raise InputNotFoundError(f"{folder}: no {names} files for task {task}")
@@ -224,11 +231,18 @@ def read_task(task: str, folder: Path) -> list[Item]:
 
 
 # ------------------------------------------------------------------------------------------------------ scoring
-def check_items(tokenizer, items: list[Item], causal: bool) -> None:
-    """Refuses a candidate whose completion has no token to score (`scoring.check_scorable`), naming its file, line
-    and candidate: it would score 0 and win its item."""
-    sentences = [sentence for item in items for sentence in item.sentences]
+def _starts(items: list[Item], every_token: bool) -> list[int | None]:
+    """Where each candidate's completion starts (a character position); with `every_token`, None (every token but the
+    special ones is scored) for a candidate that is its own completion."""
     starts = [len(s) - len(c) for item in items for s, c in zip(item.sentences, item.completions)]
+    return [start or None for start in starts] if every_token else starts
+
+
+def check_items(tokenizer, items: list[Item], causal: bool, every_token: bool = False) -> None:
+    """Refuses a candidate whose completion has no token to score (`scoring.check_scorable`, under `score_items`'s
+    rule), naming its file, line and candidate: it would score 0 and win its item."""
+    sentences = [sentence for item in items for sentence in item.sentences]
+    starts = _starts(items, every_token)
     where = [f"{item.where}, candidate {index}" for item in items for index in range(len(item.sentences))]
     check_scorable(tokenizer, sentences, causal, starts, where)
 
@@ -242,10 +256,14 @@ def score_items(
     temperature: float = 1.0,
     batch_tokens: int = DEFAULT_BATCH_TOKENS,
     progress: bool = True,
+    every_token: bool = False,
 ) -> list[list[float]]:
-    """The score (nats) of every candidate of every item: the (pseudo-)log-likelihood of its completion."""
+    """The score (nats) of every candidate of every item: the (pseudo-)log-likelihood of its completion, the tokens
+    whose character span ends after the completion starts (the pipeline's rule). With `every_token`, a candidate that
+    is its own completion has every token but the special ones scored (the ELC-BERT protocol, eval-blimp's): the
+    pipeline's rule leaves out a zero-width token at the start, such as a byte-level tokenizer's lone prefix space."""
     sentences = [sentence for item in items for sentence in item.sentences]
-    starts = [len(s) - len(c) for item in items for s, c in zip(item.sentences, item.completions)]
+    starts = _starts(items, every_token)
     if causal:
         flat = causal_log_likelihoods(model, tokenizer, sentences, batch_tokens, progress, starts, temperature)
     else:
@@ -430,8 +448,12 @@ def _write_json(path: Path, value) -> None:
     partial.replace(path)
 
 
-def _data_key(folder: Path, task: str) -> list:
-    return [[path.name, path.stat().st_size] for path in task_files(folder, task)]
+def result_key(weights: str, files: list[Path], pll: str | None, temperature: float | None) -> dict:
+    """What kept scores or results depend on, compared whole before they are reused: the model's weights (a
+    fingerprint: `runs.fingerprint` of its folder, a Hub name and commit, eval-blimp's digest of a model in memory),
+    the data files (name and size), the PLL variant and the temperature."""
+    data = [[path.name, path.stat().st_size] for path in files]
+    return {"model": weights, "data": data, "pll": pll, "temperature": temperature}
 
 
 def evaluate_babylm(
@@ -485,7 +507,7 @@ def evaluate_babylm(
         rows[revision] = {"step": _step(Path(source)) if is_folder else None, **_words_seen(Path(source))}
         for task in tasks:
             result_file = out_dir / "results" / revision / f"{task}.json"
-            key = {"model": weights, "data": _data_key(folders[task], task), "pll": pll, "temperature": temperature}
+            key = result_key(weights, task_files(folders[task], task), pll, temperature)
             if TASKS[task].metric == "reading":  # the pipeline's reading task takes neither
                 key.update(pll=None, temperature=None)
             if result_file.is_file():
@@ -598,6 +620,7 @@ __all__ = [
     "predictions",
     "read_task",
     "resolve_data",
+    "result_key",
     "score_items",
     "evaluate_babylm",
     "model_folders",

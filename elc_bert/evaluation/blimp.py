@@ -1,6 +1,11 @@
-"""BLiMP-style minimal pairs, zero-shot: a pair is right when the model scores the good sentence above the bad one.
+"""eval-blimp: BLiMP-style minimal pairs, zero-shot, reported per set (paradigm), linguistic field and term with 95%
+Wilson intervals: a view over the BabyLM engine's per-pair scores.
 
-Masked LMs are scored by pseudo-log-likelihood, causal LMs by their log-likelihood (`scoring.py`). Data: the original
+A pair is read, checked, scored and decided by the engine of `eval-babylm` (`babylm.read_task`, `check_items`,
+`score_items`, `chosen`: right when the good sentence scores at least as high as the bad one), kept scores are keyed
+by its rule (`babylm.result_key`); this module groups the pairs by file and writes the report. Masked LMs are scored
+by pseudo-log-likelihood, causal LMs by their log-likelihood (`scoring.py`), of every token but the special ones (the
+ELC-BERT protocol; the BabyLM pipeline's rule leaves out a zero-width first token, `score_items`). Data: the original
 BLiMP folder (one `<paradigm>.jsonl` per set) or the BabyLM 2024 `blimp_filtered/` / `supplement_filtered/` folders,
 gzip or not, or a single file.
 """
@@ -16,76 +21,58 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import plots
-from ..data.jsonl import read_jsonl
 from ..extras import require
 from ..intervals import percent_interval, wilson_interval
 from ..models.errors import InputError, InputNotFoundError
 from ..pretrained import is_causal_lm
-from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
-from .babylm import chosen
+from ..scoring import DEFAULT_BATCH_TOKENS
+from .babylm import SUPPLEMENT, TASKS, Item, check_items, chosen, read_task, result_key, score_items, task_files
 
 logger = logging.getLogger(__name__)
 
-SUFFIXES = (".jsonl.gz", ".jsonl")
 CHANCE = 0.5
 OUTPUTS = Path("outputs") / "eval-blimp"  # eval-blimp's default output folder, relative to the working folder
+# The ELC-BERT / BabyLM protocol: the original PLL of every token but the special ones, the logits as they are.
+PLL, TEMPERATURE, EVERY_TOKEN = "original", 1.0, True
 # BLiMP spells one field two ways (principle_A_c_command.jsonl says "syntax/semantics", the other binding, control /
 # raising and NPI files "syntax_semantics"); the paper has a single syntax-semantics field.
 FIELD_ALIASES = {"syntax/semantics": "syntax_semantics"}
 
 
 # ------------------------------------------------------------------------------------------------------------ data
-def _set_name(path: Path) -> str | None:
-    """The set (paradigm) name of a data file: its name without `.jsonl(.gz)`; None for other files."""
-    for suffix in SUFFIXES:
-        if path.name.endswith(suffix):
-            return path.name[: -len(suffix)]
-    return None
+def _set_name(path: Path) -> str:
+    """The set (paradigm) name of a data file: its name without `.jsonl(.gz)` (another file given alone: its stem)."""
+    name = path.name
+    return name.removesuffix(".gz").removesuffix(".jsonl") if name.endswith(TASKS["blimp"].suffixes) else path.stem
 
 
-class MinimalPairs(list):
-    """The minimal pairs of one file (each the JSON object of its line), with `where` each came from ("FILE, line
-    N"), to name a pair in a later error."""
-
-    def __init__(self, pairs=(), where=()):
-        super().__init__(pairs)
-        self.where = list(where)
-
-
-def read_minimal_pairs(path: str | Path) -> MinimalPairs:
-    """The minimal pairs of one JSON Lines file (gzip when the name ends in .gz): one JSON object per line with string
-    fields `sentence_good` and `sentence_bad` (other fields are kept). Blank lines are skipped; anything else that is
-    not such an object raises a ValueError naming the file and line."""
-    pairs = MinimalPairs()
-    for line_number, row in read_jsonl(path):
-        for key in ("sentence_good", "sentence_bad"):
-            value = row.get(key)
-            if not isinstance(value, str) or not value.strip():
-                raise InputError(f"{path}, line {line_number}: '{key}' is missing or not a non-empty string")
-        pairs.append(row)
-        pairs.where.append(f"{path}, line {line_number}")
-    if not pairs:
-        raise InputError(f"{path}: no minimal pairs in the file")
-    return pairs
-
-
-def load_minimal_pairs(data: str | Path) -> dict[str, MinimalPairs]:
-    """{set name: pairs} for a folder of `<set>.jsonl(.gz)` files (sorted by name) or for a single such file."""
-    data = Path(data)
+def _set_files(data: Path) -> dict[str, Path]:
+    """{set name: file} of a folder of `<set>.jsonl(.gz)` files (sorted by name), or of a single such file."""
     if data.is_file():
-        return {_set_name(data) or data.stem: read_minimal_pairs(data)}
+        return {_set_name(data): data}
     if not data.is_dir():
         raise InputNotFoundError(f"minimal-pair data not found: {data} (expected a folder of .jsonl(.gz) files or one)")
-    sets = {}
-    for path in sorted(data.iterdir()):
+    files = {}
+    for path in task_files(data, "blimp"):
         name = _set_name(path)
-        if name is None or not path.is_file():
-            continue
-        if name in sets:
+        if name in files:
             raise InputError(f"{data}: set '{name}' appears twice (both {name}.jsonl and {name}.jsonl.gz?)")
-        sets[name] = read_minimal_pairs(path)
-    if not sets:
+        files[name] = path
+    if not files:
         raise InputNotFoundError(f"{data}: no .jsonl or .jsonl.gz files in this folder")
+    return files
+
+
+def load_minimal_pairs(data: str | Path) -> dict[str, list[Item]]:
+    """{set name: its minimal pairs as the engine reads them (`babylm.read_task`: candidate 0 the good sentence, the
+    pair's field and term in `metadata`, `where` its file and line)} for a folder of `<set>.jsonl(.gz)` files or one
+    such file. A bad line names the file, the line and the field; a file without pairs is refused (a set of none has
+    no accuracy)."""
+    sets = {}
+    for name, path in _set_files(Path(data)).items():
+        sets[name] = read_task("blimp", path)
+        if not sets[name]:
+            raise InputError(f"{path}: no minimal pairs in the file")
     return sets
 
 
@@ -100,7 +87,7 @@ def default_out_dir(model: str | Path) -> Path:
 def report_name(data: str | Path) -> str:
     """The default name of the report on `data`: a single file's set name, else the folder's name."""
     data = Path(data)
-    return (_set_name(data) or data.stem) if data.is_file() else data.resolve().name
+    return _set_name(data) if data.is_file() else data.resolve().name
 
 
 def check_report_name(name: str, argument: str = "name") -> str:
@@ -130,11 +117,12 @@ def _group(per_set: dict[str, dict], names: list[str]) -> dict:
     }
 
 
-def summarise(sets: dict[str, list[dict]], good: dict[str, list[float]], bad: dict[str, list[float]]) -> dict:
+def summarise(sets: dict[str, list[Item]], scores: dict[str, list[list[float]]]) -> dict:
     """Accuracy per set, per linguistic field and term (mean over their sets) and overall (mean over sets, as BabyLM
-    reports BLiMP; `overall_pairs` pools the pairs). A pair is right when the good sentence is the one chosen
-    (`babylm.chosen`: a tie counts as right, as the official BabyLM pipeline decides; `ties` counts them). Files
-    without a `field` (the BabyLM supplement) are their own field; `FIELD_ALIASES` merges spellings of one field.
+    reports BLiMP; `overall_pairs` pools the pairs), from each set's pairs and the engine's [good, bad] scores of
+    each. A pair is right when the good sentence is the one chosen (`babylm.chosen`: a tie counts as right, as the
+    official BabyLM pipeline decides; `ties` counts them). Files without a `field` (the BabyLM supplement) are their
+    own field and term; `FIELD_ALIASES` merges spellings of one field.
 
     Intervals: each set's accuracy, and each pooled accuracy (correct / total of a field's, term's or all pairs:
     `pooled`, `overall_pairs`), has its 95% Wilson score interval as [low, high] fractions (`wilson95`,
@@ -142,17 +130,20 @@ def summarise(sets: dict[str, list[dict]], good: dict[str, list[float]], bad: di
     they weigh every set alike whatever its number of pairs, so a binomial interval over pairs is not theirs (with
     equal-sized sets, as in BLiMP, mean and pooled accuracy are the same number)."""
     per_set = {}
-    for name, pairs in sets.items():
-        correct = sum(chosen([g, b]) == 0 for g, b in zip(good[name], bad[name]))
-        field = str(pairs[0].get("field") or name)
+    for name, items in sets.items():
+        pairs = scores[name]
+        correct = sum(chosen(pair) == 0 for pair in pairs)
+        field, term = (str(items[0].metadata[key]) for key in ("field", "linguistics_term"))
+        if field == SUPPLEMENT:
+            field = term = name
         per_set[name] = {
             "accuracy": correct / len(pairs),
             "wilson95": list(wilson_interval(correct, len(pairs))),
             "correct": correct,
             "total": len(pairs),
-            "ties": sum(g == b for g, b in zip(good[name], bad[name])),
+            "ties": sum(pair[0] == pair[1] for pair in pairs),
             "field": FIELD_ALIASES.get(field, field),
-            "linguistics_term": str(pairs[0].get("linguistics_term") or name),
+            "linguistics_term": term,
         }
     groups = {}
     for key in ("field", "linguistics_term"):
@@ -253,9 +244,9 @@ def write_report(results: dict, out_dir: str | Path, name: str) -> None:
     _bar_chart(results, out_dir / f"{name}.png")
 
 
-def _fingerprint(model, sets: dict[str, list[dict]], causal: bool) -> str:
-    """What partial scores depend on: the scorer, the model's weights (the sum and sum of squares of every parameter,
-    cheap on any device) and the pairs themselves."""
+def _weights_fingerprint(model, causal: bool) -> str:
+    """The `model` of the engine's key (`babylm.result_key`) for a model held in memory, which has no folder to hash:
+    its class, the scorer, and the sum and sum of squares of every parameter (cheap on any device)."""
     digest = hashlib.sha1(f"{type(model).__name__} causal={causal}".encode())
     with torch.no_grad():
         named = list(model.named_parameters())
@@ -264,24 +255,20 @@ def _fingerprint(model, sets: dict[str, list[dict]], causal: bool) -> str:
         )
     for (parameter_name, parameter), (total, squares) in zip(named, stats.tolist()):
         digest.update(f"{parameter_name}{tuple(parameter.shape)}{total:.10e}{squares:.10e}".encode())
-    for set_name, pairs in sets.items():
-        digest.update(set_name.encode())
-        for pair in pairs:
-            digest.update(f"{pair['sentence_good']}\t{pair['sentence_bad']}\n".encode())
     return digest.hexdigest()
 
 
 class _PartialScores:
-    """`{name}.partial.jsonl` beside the report: a fingerprint line, then one line per scored set, appended as each set
-    finishes, so that an interrupted evaluation resumes at the next set. Scores of another model or other data (a
-    different fingerprint) are set aside (renamed `.stale`), never mixed in; a last line cut short by the interruption
-    is dropped. The file is removed once the report is written."""
+    """`{name}.partial.jsonl` beside the report: a line with the engine's key (`babylm.result_key`), then one line per
+    scored set (its pairs' scores), appended as each set finishes, so that an interrupted evaluation resumes at the
+    next set. Scores of another model or other data (a different key) are set aside (renamed `.stale`), never mixed
+    in; a last line cut short by the interruption is dropped. The file is removed once the report is written."""
 
-    def __init__(self, path: Path, fingerprint: str):
+    def __init__(self, path: Path, key: dict):
         self.path, self.scores = path, {}
         lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
         header = _json_or_none(lines[0]) if lines else None
-        if header is not None and header.get("fingerprint") == fingerprint:
+        if header is not None and header.get("key") == key:
             for line in lines[1:]:
                 row = _json_or_none(line)
                 if row is not None:
@@ -299,7 +286,7 @@ class _PartialScores:
             )
             path.replace(stale)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"fingerprint": fingerprint}) + "\n", encoding="utf-8")
+        path.write_text(json.dumps({"key": key}) + "\n", encoding="utf-8")
 
     def add(self, set_name: str, scores: dict) -> None:
         with self.path.open("a", encoding="utf-8") as handle:
@@ -341,42 +328,44 @@ def evaluate_blimp(
     if max_pairs_per_set is not None:
         if max_pairs_per_set < 1:
             raise InputError(f"max_pairs_per_set must be positive, got {max_pairs_per_set}")
-        if all(len(pairs) <= max_pairs_per_set for pairs in sets.values()):
+        if all(len(items) <= max_pairs_per_set for items in sets.values()):
             max_pairs_per_set = None  # a cap that cuts no set: every pair is scored, and the report says so
-        sets = {
-            set_name: MinimalPairs(pairs[:max_pairs_per_set], pairs.where[:max_pairs_per_set])
-            for set_name, pairs in sets.items()
-        }
+        sets = {set_name: items[:max_pairs_per_set] for set_name, items in sets.items()}
     causal = is_causal_lm(model) if causal is None else causal
-    scorer = causal_log_likelihoods if causal else pseudo_log_likelihoods
-    # Each set's sentences as good, bad, good, bad, ...
-    keys = ("sentence_good", "sentence_bad")
-    texts = {set_name: [pair[key] for pair in pairs for key in keys] for set_name, pairs in sets.items()}
-    check_scorable(  # every set, before the first is scored
-        tokenizer,
-        [text for set_texts in texts.values() for text in set_texts],
-        causal,
-        where=[f"{where}, {key}" for pairs in sets.values() for where in pairs.where for key in keys],
-    )
-    sentences = [sentence for set_texts in texts.values() for sentence in set_texts]
+    all_pairs = [item for items in sets.values() for item in items]
+    check_items(tokenizer, all_pairs, causal, EVERY_TOKEN)  # every set, before the first is scored
+    sentences = [sentence for item in all_pairs for sentence in item.sentences]
     partial = None
     if out_dir is not None:
-        partial = _PartialScores(Path(out_dir) / f"{name}.partial.jsonl", _fingerprint(model, sets, causal))
-    good, bad, seconds = {}, {}, 0.0
+        files = list(_set_files(Path(data)).values())
+        key = result_key(_weights_fingerprint(model, causal), files, PLL, TEMPERATURE)
+        key.update(every_token=EVERY_TOKEN, max_pairs_per_set=max_pairs_per_set)
+        partial = _PartialScores(Path(out_dir) / f"{name}.partial.jsonl", key)
+    scores, seconds = {}, 0.0
     bar = tqdm(total=len(sentences), desc=name, unit="sentence", disable=not progress)
     with bar:
-        for set_name, pairs in sets.items():
+        for set_name, items in sets.items():
             done = partial.scores.get(set_name) if partial is not None else None
             if done is None:
                 start = time.perf_counter()
-                scores = scorer(model, tokenizer, texts[set_name], batch_tokens=batch_tokens, progress=False)
-                done = {"good": scores[0::2], "bad": scores[1::2], "seconds": time.perf_counter() - start}
+                pairs = score_items(
+                    model,
+                    tokenizer,
+                    items,
+                    causal,
+                    PLL,
+                    TEMPERATURE,
+                    batch_tokens,
+                    progress=False,
+                    every_token=EVERY_TOKEN,
+                )
+                done = {"scores": pairs, "seconds": time.perf_counter() - start}
                 if partial is not None:
                     partial.add(set_name, done)
-            good[set_name], bad[set_name] = done["good"], done["bad"]
+            scores[set_name] = done["scores"]
             seconds += done["seconds"]
             bar.set_postfix_str(set_name, refresh=False)
-            bar.update(2 * len(pairs))
+            bar.update(2 * len(items))
     config = getattr(model, "config", None)
     unique = len(set(sentences))
     results = {
@@ -389,7 +378,7 @@ def evaluate_blimp(
         "sentences": unique,
         "seconds": seconds,
         "sentences_per_second": unique / seconds if seconds > 0 else None,
-        **summarise(sets, good, bad),
+        **summarise(sets, scores),
     }
     if out_dir is not None:
         write_report(results, out_dir, name)

@@ -235,7 +235,7 @@ def export(
     run_model = None
     left_out = None if metrics else "the export was asked for none (`--no-metrics`)"  # why the card has no metrics
     if run_dir is not None:
-        from .model_card import read_run
+        from .run_measures import read_run
 
         check_out_dir(run_dir, out_dir, overwrite)
         read_run(run_dir)  # a run the card can read

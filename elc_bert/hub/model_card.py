@@ -1,18 +1,14 @@
-"""The README.md (model card) of an exported folder, from the templates in `model_cards/` and a run directory.
+"""The README.md (model card) of an exported folder, filled from the templates in `model_cards/` with the model and
+what its run measured and read (`run_measures`).
 
-Only what the run measured is written: the metrics come from the run's own files (`metrics.json` of `elc-bert
-pretrain` and `elc-bert mlm`, `results.json` of `elc-bert finetune-ner`), nothing is derived or filled in, and the data
-is named as the run's saved config names it (local files by their path in the text, and in the model-index by the id
-of the dataset they copy, never a path; Hub datasets by their id). Without a run directory, or with the run's metrics
+Only what the run measured is written (`run_measures.measures`), nothing is derived or filled in, and the data is
+named as the run's saved config names it (local files by their path in the text, and in the model-index by the id of
+the dataset they copy, never a path; Hub datasets by their id). Without a run directory, or with the run's metrics
 left out, the card has no results and says why.
 """
 
-import dataclasses
-import json
-import math
 import re
 import shutil
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import metadata as package_metadata
 from pathlib import Path
@@ -25,23 +21,24 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 import elc_bert
 from elc_bert import plots, runs
 from elc_bert.intervals import mean_and_interval
-from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig, saved_config
+from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig
 from elc_bert.models import AUTO_CLASSES, FUSIONS, ElcBertModel, LayerFusionModel
-from elc_bert.pretrained import MODEL_ALIASES, is_hub_id
 
 from ..models.errors import InputError, InputNotFoundError
+from .run_measures import (
+    Measure,
+    Run,
+    base_model,
+    measures,
+    ner_samples,
+    read_run,
+    run_corpora,
+    shown_path,
+    whole_ner_dataset,
+)
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 
-# finetune-ner's `dataset` -> (its name, the Hub id of the dataset its local files copy)
-NER_CORPORA = {"conll03": ("CoNLL-2003", "conll2003"), "wikiann": ("WikiAnn", "wikiann")}
-# Sentences in each split of the NER datasets whose sizes are known here ((dataset, WikiAnn language) -> split ->
-# sentences): what tells a run that read the whole split from one that read a sample.
-NER_SPLIT_SIZES = {
-    ("conll03", None): {"train": 14041, "dev": 3250, "test": 3453},
-    ("wikiann", "en"): {"train": 20000, "dev": 10000, "test": 10000},
-}
-SPLIT_NAMES = {"train": "train", "dev": "validation", "test": "test"}  # a finetune-ner split -> the model-index's
 BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
 PIPELINE_TAGS = {
@@ -81,230 +78,36 @@ def _fill(templates_dir: Path, name: str, **values) -> str:
         raise KeyError(f"{templates_dir / name}: no value for ${error.args[0]}") from None
 
 
-@dataclass(frozen=True)
-class Run:
-    """What a card knows of the run that made its model: the job (None without a run), the config the job saved (its
-    config class), what the run measured, its folder, and why its metrics are left out (None: they are not);
-    `sentences`: what a finetune-ner run read per split (provenance, kept when the metrics are left out)."""
-
-    job: str | None = None
-    config: PretrainConfig | MlmConfig | FinetuneNerConfig | None = None
-    metrics: dict = dataclasses.field(default_factory=dict)
-    dir: Path | None = None
-    left_out: str | None = None
-    sentences: dict = dataclasses.field(default_factory=dict)
-
-
-def read_run(run_dir: Path | None) -> Run:
-    """The run's job, saved config and measured metrics, from the files its job wrote."""
-    if run_dir is None:
-        return Run()
-    run_dir = Path(run_dir)
-    jobs = ("pretrain", "mlm", "finetune-ner")
-    for job in jobs:
-        if job not in runs.jobs_of(run_dir):
-            continue
-        config = saved_config(run_dir, job)
-        if job == "finetune-ner":
-            results_file = run_dir / runs.RESULTS
-            metrics = json.loads(results_file.read_text(encoding="utf-8")) if results_file.is_file() else {}
-        else:
-            metrics_file = run_dir / runs.METRICS
-            metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
-        return Run(job, config, metrics, run_dir, sentences=metrics.get("sentences", {}))
-    names = ", ".join(runs.JOB_CONFIGS[job] for job in jobs)
-    raise InputNotFoundError(f"{run_dir}: not a run directory (none of {names})")
+def _index_entry(task: tuple[str, str], measure: Measure) -> EvalResult:
+    """The model-index entry of `measure`, for the model's task (pipeline tag, name)."""
+    return EvalResult(
+        task_type=task[0],
+        task_name=task[1],
+        dataset_type=measure.corpus.index_type,
+        dataset_name=measure.corpus.name,
+        dataset_config=measure.corpus.config,
+        dataset_split=measure.split,
+        metric_type=measure.kind,
+        metric_name=measure.name,
+        metric_value=measure.value,
+    )
 
 
-@dataclass(frozen=True)
-class Corpus:
-    """Data a run read, as its saved config names it: a Hub dataset (`path` its id, `config` its configuration) or
-    local files (`path` as the job was given it; `dataset_id` the Hub id of the dataset they are a copy of, when the
-    job reads a known one)."""
-
-    name: str  # what the data is, e.g. "CoNLL-2003"; as the config names it when it says no more
-    path: str
-    on_hub: bool = False
-    config: str | None = None
-    dataset_id: str | None = None
-
-    @property
-    def index_type(self) -> str:
-        """The model-index's `dataset.type`, never a local path: the Hub id of the dataset, or of the one the local
-        files copy, else "text" (the `datasets` library's name for plain text files, as its cards write it)."""
-        return self.path if self.on_hub else self.dataset_id or "text"
-
-    def __str__(self) -> str:
-        if self.on_hub:
-            return f"the Hub dataset `{self.path}`" + (f" ({self.config})" if self.config else "")
-        path = shown_path(self.path)
-        return f"{self.name} from local files `{path}`" if self.dataset_id else f"local files `{path}`"
-
-
-def shown_path(path) -> str:
-    """A local path as a card shows it: a relative one as given, an absolute one by its last two parts
-    (`.../data/train.txt`), so that a published card names no folder of the machine that made it."""
-    parts = Path(str(path)).parts
-    if not Path(str(path)).is_absolute():
-        return str(path)
-    return "/".join(("...", *parts[-2:])) if len(parts) > 3 else str(path)
-
-
-def _job_folder(run: Run) -> Path | None:
-    """The folder the run's job ran in, where its relative paths start: the run folder less the relative
-    `output_dir` its config saved. None when that does not tell: an absolute output_dir or one with "..", or a run
-    folder moved since."""
-    run_dir, output_dir = run.dir, run.config.output_dir if run.config is not None else ""
-    parts = Path(output_dir).parts
-    if run_dir is None or not parts or Path(output_dir).is_absolute() or ".." in parts:
-        return None
-    here = Path(run_dir).resolve().parts
-    return Path(*here[: -len(parts)]) if len(here) > len(parts) and here[-len(parts) :] == parts else None
-
-
-def _read_from_hub(run: Run, name: str, named_on_hub: bool) -> bool:
-    """Whether the run's job read `name` from the Hub, for a job that reads a local folder of that name where it
-    ran when there is one, else the Hub (`datasets.load_dataset`, `elc-bert mlm`'s data_dir, a model name): never
-    for a name no Hub id has; by the folder the job ran in where the run shows it (`_job_folder`); else when the
-    config names it as a Hub source (`named_on_hub`). The folder `export` runs in plays no part."""
-    if not is_hub_id(name):
-        return False
-    folder = _job_folder(run)
-    return named_on_hub if folder is None else not (folder / name).exists()
-
-
-def run_corpora(run: Run) -> tuple[list[Corpus], list[Corpus]]:
-    """(training data, evaluation data) of the run, from its saved config: `elc-bert finetune-ner` and the files of
-    `elc-bert pretrain` are local files; a `datasets` source of pretrain (a dict entry) and the data_dir of
-    `elc-bert mlm` are a Hub dataset or a local folder (`_read_from_hub`; mlm's config names a Hub dataset by its
-    `dataset_config`)."""
-    config = run.config
-    if isinstance(config, PretrainConfig):
-
-        def corpus(entry) -> Corpus:
-            if isinstance(entry, dict):
-                path = str(entry.get("path"))
-                return Corpus(path, path, _read_from_hub(run, path, named_on_hub=True), entry.get("name"))
-            return Corpus(str(entry), str(Path(config.data_dir) / entry))
-
-        return [corpus(entry) for entry in config.train_files], [corpus(entry) for entry in config.validation_files]
-    if isinstance(config, MlmConfig):
-        path = config.data_dir
-        if _read_from_hub(run, path, named_on_hub=config.dataset_config is not None):
-            data = Corpus(path, path, on_hub=True, config=config.dataset_config)
-        else:  # the job's local files are WikiText-2's train/valid/test
-            data = Corpus("WikiText-2", path, dataset_id="wikitext")
-        return [data], [data]
-    if isinstance(config, FinetuneNerConfig):
-        name, dataset_id = NER_CORPORA[config.dataset]
-        language = config.language if config.dataset == "wikiann" else None
-        if language:
-            name += f" ({language})"
-        data = Corpus(name, config.data_dir, config=language, dataset_id=dataset_id)  # local files only
-        return [data], [data]
-    return [], []
-
-
-def ner_split_sizes(config: FinetuneNerConfig) -> dict[str, int] | None:
-    """The sentences in each split of the run's dataset (`NER_SPLIT_SIZES`), or None where they are not known."""
-    return NER_SPLIT_SIZES.get((config.dataset, config.language if config.dataset == "wikiann" else None))
-
-
-def ner_samples(run: Run) -> dict[str, str]:
-    """{split ("train", "dev", "test"): how it is a sample} for the splits of a finetune-ner run that were not the whole
-    split of the dataset: fewer sentences than the dataset's split has (`NER_SPLIT_SIZES`, from the sentence counts
-    the run recorded), or a cap in the config (`max_eval_sentences`, `max_test_sentences`)."""
-    config, read, full = run.config, run.sentences, ner_split_sizes(run.config) or {}
-    caps = {"dev": config.max_eval_sentences, "test": config.max_test_sentences}
-    samples = {}
-    for split in ("train", "dev", "test"):
-        if split in read and split in full:
-            if read[split] < full[split]:
-                samples[split] = f"{read[split]:,} of its {full[split]:,} {split} sentences"
-        elif caps.get(split) is not None:  # a cap that may have cut the split: no more read than it, less than all
-            cap = caps[split]
-            if cap <= read.get(split, math.inf) and cap < full.get(split, math.inf):
-                samples[split] = f"its first {cap:,} {split} sentences at most"
-    return samples
-
-
-def whole_ner_dataset(run: Run) -> bool:
-    """Whether the finetune-ner run read every split of a dataset whose sizes are known, in full."""
-    read, full = run.sentences, ner_split_sizes(run.config)
-    return full is not None and all(read.get(split) == size for split, size in full.items()) and not ner_samples(run)
-
-
-def _results(task: tuple[str, str], corpus: Corpus, split: str, metrics: list) -> list[EvalResult]:
-    """One model-index entry per (metric type, label, value) of `metrics`, measured on `split` of `corpus`."""
-    return [
-        EvalResult(
-            task_type=task[0],
-            task_name=task[1],
-            dataset_type=corpus.index_type,
-            dataset_name=corpus.name,
-            dataset_config=corpus.config,
-            dataset_split=split,
-            metric_type=kind,
-            metric_name=label,
-            metric_value=value,
-        )
-        for kind, label, value in metrics
-    ]
+def _table_row(measure: Measure) -> str:
+    """The Markdown row of `measure`: its value, or a mean over trials with its interval and the trials' values."""
+    name = measure.shown_as or measure.name
+    if measure.trials is None:
+        return f"| {name} | {measure.value:.4f} |"
+    per_trial = ", ".join(f"{100 * value:.1f}" for value in measure.trials)
+    return f"| {name} | {mean_and_interval(measure.value, measure.half_width)} ({per_trial}) |"
 
 
 def measured_results(run: Run, task: tuple[str, str]) -> tuple[list[EvalResult], list[str]]:
-    """The model-index results and the Markdown table rows of what the run measured (and nothing else)."""
-    config, metrics = run.config, run.metrics
-    _, evaluation = run_corpora(run)
-    results, rows = [], []
-    if isinstance(config, PretrainConfig):
-        if "eval_loss" in metrics:
-            validation = ", ".join(corpus.name for corpus in evaluation) or "validation files"
-            dataset = evaluation[0] if len(evaluation) == 1 else Corpus(validation, validation)
-            results += _results(
-                ("fill-mask", "Masked language modelling"),
-                dataset,
-                "validation",
-                [("loss", "validation MLM loss", metrics["eval_loss"])],
-            )
-            rows.append(f"| validation MLM loss ({validation}) | {metrics['eval_loss']:.4f} |")
-        if "train_loss" in metrics:
-            rows.append(f"| training MLM loss, mean over the run | {metrics['train_loss']:.4f} |")
-    elif isinstance(config, MlmConfig):
-        dataset = evaluation[0]
-        for split in ("validation", "test"):
-            pairs = [
-                (metric, f"{split} MLM {metric}", metrics[f"{split}_{metric}"])
-                for metric in ("loss", "perplexity")
-                if f"{split}_{metric}" in metrics
-            ]
-            if pairs:
-                results += _results(("fill-mask", "Masked language modelling"), dataset, split, pairs)
-                rows.extend(f"| {dataset.name} {label} | {value:.4f} |" for _, label, value in pairs)
-    elif isinstance(config, FinetuneNerConfig):
-        samples = {SPLIT_NAMES[split]: f"a sample: {how}" for split, how in ner_samples(run).items()}
-        unit = "sentences per entity type" if config.shot_unit == "per_entity_type" else "sentences"
-        # Per N: the best dev F1 of each trial, and the test F1 of that epoch's model where the run scored one
-        # (`finetune_ner.summarize`).
-        splits = (
-            ("validation", "best dev micro-F1", "best_dev_f1", "mean", "ci95"),
-            ("test", "test micro-F1 of the best dev epoch", "test_f1", "test_mean", "test_ci95"),
-        )
-        for key, value in metrics.items():
-            if not (key.startswith("n") and key[1:].isdigit() and isinstance(value, dict) and "mean" in value):
-                continue
-            for split, measure, values, mean, ci95 in splits:
-                if mean not in value:
-                    continue
-                label = f"{measure}, N={key[1:]} {unit}, mean of {len(value.get(values, []))} trials"
-                dataset = evaluation[0]
-                if split in samples:  # named as a sample in the model-index and in the table
-                    dataset = dataclasses.replace(dataset, name=f"{dataset.name}, {samples[split]}")
-                    label += f" ({samples[split]})"
-                results += _results(task, dataset, split, [("f1", label, value[mean])])
-                per_trial = ", ".join(f"{100 * v:.1f}" for v in value.get(values, []))
-                rows.append(f"| {label} | {mean_and_interval(value[mean], value[ci95])} ({per_trial}) |")
-    return results, rows
+    """The model-index results and the Markdown table rows of what the run measured (and nothing else): a measure
+    over the training run has a row, no model-index entry."""
+    found = measures(run)
+    results = [_index_entry(task, measure) for measure in found if measure.corpus is not None]
+    return results, [_table_row(measure) for measure in found]
 
 
 def _stand_in_note(run: Run) -> str:
@@ -371,7 +174,7 @@ def _training_text(run: Run, model_dir: str, run_model: str | None) -> str:
         f"{config.epochs} epochs, learning rate {config.learning_rate}; each trial keeps its best dev-set epoch."
     )
     weights = f"are the run's `{run_model}`" if run_model else f"come from `{model_dir}`"
-    results = "; the results below describe all of the run's trials, not these exact weights" if run.metrics else ""
+    results = "; the results below describe all of the run's trials, not these exact weights" if run.measured else ""
     return text + f"\n\nThe weights exported here {weights}, one trial's best dev epoch{results}."
 
 
@@ -526,17 +329,6 @@ def parameter_count(model) -> str:
     return f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count / 1e3:.0f}k"
 
 
-def base_model(run: Run) -> str | None:
-    """The Hub model a fine-tuning run (mlm, finetune-ner) started from, as its config names it: an id `owner/name`
-    or an alias of one (`MODEL_ALIASES`); None for a local folder or a run that started from scratch."""
-    if not isinstance(run.config, (MlmConfig, FinetuneNerConfig)):
-        return None
-    name = run.config.model
-    if name in MODEL_ALIASES:
-        return MODEL_ALIASES[name].hub_id
-    return name if name.count("/") == 1 and _read_from_hub(run, name, named_on_hub=True) else None
-
-
 def card_data(model, run: Run, title: str, license: str) -> tuple[ModelCardData, list[str]]:
     """The card's metadata (what the Hub reads: license, tags, pipeline, datasets, base model, model-index of the
     run's measured results) and the Markdown rows of those results."""
@@ -581,8 +373,8 @@ def _limitations(model, run: Run, templates_dir: Path, num_parameters: str) -> s
         size_note += f", pretrained for {run.config.max_steps} optimizer steps"
     size_note += "; treat it as a research artefact, not a general-purpose language model."
     extra = []
-    if isinstance(run.config, FinetuneNerConfig) and run.metrics:
-        tested = any(isinstance(entry, dict) and "test_mean" in entry for entry in run.metrics.values())
+    if run.results is not None and run.results.shots:
+        tested = run.results.tested
         extra.append(
             "- The NER F1 scores are each trial's best dev-set epoch: model selection on the dev set makes them "
             + (
@@ -657,7 +449,7 @@ def model_card(
     templates_dir = Path(templates_dir) if templates_dir is not None else TEMPLATES_DIR
     run = read_run(Path(run_dir) if run_dir is not None else None)
     if metrics_left_out:
-        run = dataclasses.replace(run, metrics={}, left_out=metrics_left_out)
+        run = run.without_metrics(metrics_left_out)
     title = repo_id.split("/")[-1] if repo_id else (name or out_dir.name)
     num_parameters = parameter_count(model)
     data, rows = card_data(model, run, title, license)

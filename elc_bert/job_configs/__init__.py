@@ -12,12 +12,10 @@ from pathlib import Path
 from .. import runs
 from ..models.errors import InputNotFoundError
 from .fields import (  # noqa: F401
-    TRACKERS,
     check_fields,
     config_field,
     load_config,
     named_config,
-    read_yaml,
     save_config,
 )
 from .finetune_glue import FinetuneGlueConfig
@@ -26,13 +24,11 @@ from .help import describe_config  # noqa: F401
 from .mlm import MlmConfig
 from .pretrain import PretrainConfig
 
-# The job (its CLI name, as `runs.JOB_CONFIGS` names its saved file) -> its config class.
-CONFIG_CLASSES = {
-    "pretrain": PretrainConfig,
-    "mlm": MlmConfig,
-    "finetune-glue": FinetuneGlueConfig,
-    "finetune-ner": FinetuneNerConfig,
-}
+# The job (its command name) -> its config class. The jobs are declared once, with the file each saves in its run
+# folder, by `runs.JOB_CONFIGS` (below this module: the run folder's owner); the classes follow its order.
+CONFIG_CLASSES = dict(
+    zip(runs.JOB_CONFIGS, (PretrainConfig, MlmConfig, FinetuneNerConfig, FinetuneGlueConfig), strict=True)
+)
 
 __all__ = ["CONFIG_CLASSES", "FinetuneGlueConfig", "FinetuneNerConfig", "MlmConfig", "PretrainConfig", "saved_config"]
 

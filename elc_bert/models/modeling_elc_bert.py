@@ -19,6 +19,7 @@ from transformers import (
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
 )
+from transformers.loss.loss_utils import fixed_cross_entropy
 from transformers.modeling_outputs import (
     BaseModelOutput,
     MaskedLMOutput,
@@ -812,12 +813,29 @@ class ElcBertForTokenClassification(ElcBertPreTrainedModel):
         )
 
 
+def multiple_choice_loss(logits, labels, **kwargs) -> torch.Tensor:
+    """Cross-entropy of B x C choice logits against B labels, as the library's losses compute it
+    (`fixed_cross_entropy`: in float32, -100 ignored, over the Trainer's `num_items_in_batch` where it passes one).
+    transformers' `LOSS_MAPPING` has no loss for multiple choice (its own heads call CrossEntropyLoss)."""
+    return fixed_cross_entropy(logits.float(), labels.to(logits.device), **kwargs)
+
+
 class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
     def __init__(self, config: ElcBertConfig):
         super().__init__(config)
         self.elc_bert = ElcBertModel(config)
         self.classifier = ElcBertClassificationHead(config, 1)
         self.post_init()
+
+    @property
+    def loss_function(self):
+        """`multiple_choice_loss`, or the loss function set on the model (as the other heads' `loss_function`; the
+        library's default for a class name it does not know is the causal-LM loss)."""
+        return getattr(self, "_loss_function", multiple_choice_loss)
+
+    @loss_function.setter
+    def loss_function(self, value):
+        self._loss_function = value
 
     @can_return_tuple
     def forward(
@@ -836,7 +854,7 @@ class ElcBertForMultipleChoice(ElcBertPreTrainedModel):
             **kwargs,
         )
         logits = self.classifier(outputs.last_hidden_state[:, 0]).view(-1, num_choices)
-        loss = F.cross_entropy(logits.float(), labels) if labels is not None else None
+        loss = self.loss_function(logits, labels, **kwargs) if labels is not None else None
         return MultipleChoiceModelOutput(
             loss=loss, logits=logits, hidden_states=outputs.hidden_states, attentions=outputs.attentions
         )

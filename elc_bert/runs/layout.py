@@ -8,7 +8,9 @@ from pathlib import Path
 
 from ..models.errors import InputError
 
-# The config file each job saves in its run folder, by the job's command name.
+# The jobs, by their command name, and the config file each saves in its run folder: the one declaration of the jobs
+# in the package (their config classes, `job_configs.CONFIG_CLASSES`, follow this order; the parser's `JOBS` names
+# the same commands).
 JOB_CONFIGS = {
     "pretrain": "pretrain_config.yaml",
     "mlm": "mlm_config.yaml",

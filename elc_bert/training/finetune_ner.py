@@ -3,12 +3,14 @@
 The protocol of the DWAtt paper (ElNokrashy et al., arXiv 2209.15168): for each N, each trial draws N x C training
 sentences uniformly from the whole train split (its own seed for sampling and initialisation), trains for a fixed number
 of epochs, evaluates entity-level micro-F1 (seqeval, with the data's tag scheme) on the dev set after every epoch, and
-keeps the best. Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON and a Markdown
-table; beside it, the model of the best dev epoch scored on the test split (where it is labelled): entity-level
-precision, recall and F1, overall and per entity type. That model is kept as a Hub-ready folder (weights, config with
-the label names, tokenizer): by default the best trial's of each N.
+keeps the best. Reported: the per-trial best dev F1 and, per N, the mean with a 95% t-interval, as JSON (the
+dataclasses of `job_configs.ner_results`, which its readers read too) and a Markdown table; beside it, the model of the
+best dev epoch scored on the test split (where it is labelled): entity-level precision, recall and F1, overall and per
+entity type. That model is kept as a Hub-ready folder (weights, config with the label names, tokenizer): by default
+the best trial's of each N.
 """
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -39,8 +41,9 @@ from ..data.ner import (
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
-from ..intervals import confidence_interval, mean_and_interval
+from ..intervals import mean_and_interval
 from ..job_configs import FinetuneNerConfig, save_config
+from ..job_configs.ner_results import NerResults, ShotResults, TrialResult
 from ..models import FUSIONS, LayerFusionForTokenClassification
 from ..models.errors import InputError, InputExistsError
 from ..models.loading import check_fine_tuning_start, check_max_length, check_vocabulary, load_pretrained
@@ -260,10 +263,10 @@ def split_sizes(data: TrialData) -> dict:
     return sizes if data.test is None else {**sizes, "test": len(data.test)}
 
 
-def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> dict:
+def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> NerResults:
     """Runs every (N, trial) not finished yet (a finished one's result.json is reused; with `save_checkpoints` an
     unfinished one resumes from its last checkpoint) and writes results.json and results.md into `output_dir`;
-    returns the summary (`results_table` shows it). Trials that other processes still hold at the end raise
+    returns the `NerResults` (`results_table` shows them). Trials that other processes still hold at the end raise
     InputExistsError naming them, once the results over the finished ones are written (`refuse_unfinished_trials`).
     `callbacks`: further `TrainerCallback`s for every trial's Trainer."""
     require("plots", what="elc-bert finetune-ner")
@@ -280,9 +283,9 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> di
             run_trial(config, data, *task, callbacks)
             task = claim_next_trial(config)
         # with the trials that other processes finished meanwhile
-        summary = write_results(config, truncated, split_sizes(data))
+        results = write_results(config, truncated, split_sizes(data))
     refuse_unfinished_trials(config)
-    return summary
+    return results
 
 
 def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
@@ -351,7 +354,7 @@ def _trainer(config: FinetuneNerConfig, data: TrialData, model, train, run_dir: 
     )
 
 
-def run_trial(config: FinetuneNerConfig, data: TrialData, shots: int, trial: int, callbacks=None) -> dict:
+def run_trial(config: FinetuneNerConfig, data: TrialData, shots: int, trial: int, callbacks=None) -> TrialResult:
     """Trains trial `trial` of N = `shots` (its own sample and seed), keeps and scores its best dev epoch's model,
     writes its result.json and dev_f1.png, releases its claim and returns the result."""
     run_dir = runs.trial_dir(config.output_dir, shots, trial)
@@ -370,29 +373,23 @@ def run_trial(config: FinetuneNerConfig, data: TrialData, shots: int, trial: int
         logger.info("N=%d trial %d: resuming from %s", shots, trial, checkpoint)
     trainer.train(resume_from_checkpoint=checkpoint)
     curve = [entry["eval_f1"] for entry in trainer.state.log_history if "eval_f1" in entry]
-    result = {
-        "shots": shots,
-        "trial": trial,
-        "train_sentences": len(train),
-        "best_dev_f1": max(curve),
-        "dev_f1_per_epoch": curve,
-        **best_model_scores(config, data, trainer, model, run_dir),
-    }
+    scores = best_model_scores(config, data, trainer, model, run_dir)
+    result = TrialResult(shots, trial, max(curve), len(train), curve, **scores)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / runs.RESULT).write_text(json.dumps(result))
+    result.write(run_dir)
     for finished in runs.checkpoints(run_dir):
         shutil.rmtree(finished)
     (run_dir / runs.CLAIM).unlink(missing_ok=True)
-    logger.info("N=%d trial %d: best dev F1 %.4f", shots, trial, result["best_dev_f1"])
+    logger.info("N=%d trial %d: best dev F1 %.4f", shots, trial, result.best_dev_f1)
     epochs = list(range(1, len(curve) + 1))
     plot_curves(run_dir / "dev_f1.png", {"dev F1": (epochs, curve)}, "epoch", "dev F1", f"N={shots}")
     return result
 
 
 def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Trainer, model, run_dir: Path) -> dict:
-    """After training: the best dev epoch's model, kept with its tokenizer as a loadable folder, its epoch, DWAtt's
-    mean depth weights on the dev set and (where labelled) the test scores (`entity_scores`), all of that model: the
-    one a card publishes."""
+    """After training: the best dev epoch's model, kept with its tokenizer as a loadable folder, and the
+    `TrialResult` fields of that model (the one a card publishes): its epoch, DWAtt's mean depth weights on the dev
+    set and (where labelled) the test scores (`entity_scores`)."""
     scores = {}
     if config.lora is None:
         model.load_state_dict(load_file(run_dir / runs.MODEL / "model.safetensors"))
@@ -417,32 +414,26 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
     return scores
 
 
-def summarize(config: FinetuneNerConfig) -> dict:
-    """Per N, the best dev F1 of the trials finished so far (their result.json files), their mean and 95%
-    t-interval, and how many trials were planned (`of`); beside them the test F1 of those trials' best models (where
-    scored); an N with no finished trial is left out."""
-    summary = {
-        "config": {
-            "model": config.model,
-            "fusion": config.fusion,
-            "freeze_backbone": config.freeze_backbone,
-            "fine_tuning": describe_lora(config.lora) if config.lora is not None else None,
-        }
+def summarize(config: FinetuneNerConfig) -> NerResults:
+    """Per N, the `ShotResults` of the trials finished so far (their result.json files); an N with no finished trial
+    is left out. Once every trial of an N finished, the trial models that `keep_models` does not keep are removed
+    (`prune_models`)."""
+    what_ran = {
+        "model": config.model,
+        "fusion": config.fusion,
+        "freeze_backbone": config.freeze_backbone,
+        "fine_tuning": describe_lora(config.lora) if config.lora is not None else None,
     }
+    shots_results = {}
     for shots in config.shots:
         paths = [runs.trial_dir(config.output_dir, shots, t) / runs.RESULT for t in range(config.trials)]
-        results = [json.loads(path.read_text()) for path in paths if path.exists()]
-        values = [result["best_dev_f1"] for result in results]
-        if values:
-            mean, half_width = confidence_interval(values)
-            summary[f"n{shots}"] = {"best_dev_f1": values, "mean": mean, "ci95": half_width, "of": config.trials}
-            tests = [result["test"]["f1"] for result in results if "test" in result]
-            if tests:
-                test_mean, test_half_width = confidence_interval(tests)
-                summary[f"n{shots}"].update(test_f1=tests, test_mean=test_mean, test_ci95=test_half_width)
-            if len(values) == config.trials:
-                summary[f"n{shots}"]["model"] = prune_models(config, shots, values)
-    return summary
+        trials = [TrialResult.read(path) for path in paths if path.exists()]
+        if trials:
+            model = None
+            if len(trials) == config.trials:
+                model = prune_models(config, shots, [trial.best_dev_f1 for trial in trials])
+            shots_results[shots] = ShotResults.over(trials, config.trials, model)
+    return NerResults(what_ran, shots_results)
 
 
 def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> str | None:
@@ -459,23 +450,25 @@ def prune_models(config: FinetuneNerConfig, shots: int, dev_f1: list[float]) -> 
     return str(folder) if (Path(config.output_dir) / folder).is_dir() else None
 
 
-def write_results(config: FinetuneNerConfig, truncated: dict | None = None, sentences: dict | None = None) -> dict:
+def write_results(
+    config: FinetuneNerConfig, truncated: dict | None = None, sentences: dict | None = None
+) -> NerResults:
     """results.json, results.md (`results_table`) and f1_vs_n.png over the finished trials (`summarize`); returns
-    the summary. `truncated`: {split: how many of its scored sentences have words past max_length}, recorded as
-    "truncated_sentences"; `sentences`: {split: how many sentences the run read (train) or scored (dev, test)},
-    recorded as "sentences", so that a reader (the model card) can tell the whole split from a sample."""
-    summary = summarize(config)
+    the results. `truncated`: {split: how many of its scored sentences have words past max_length}; `sentences`:
+    {split: how many sentences the run read (train) or scored (dev, test)}, so that a reader (the model card) can
+    tell the whole split from a sample."""
+    results = summarize(config)
     if truncated is not None:
-        summary["truncated_sentences"] = {**truncated, "max_length": config.max_length}
+        results = dataclasses.replace(results, truncated=dict(truncated), max_length=config.max_length)
     if sentences is not None:
-        summary["sentences"] = sentences
+        results = dataclasses.replace(results, sentences=dict(sentences))
     output_dir = Path(config.output_dir)
-    (output_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2))
-    (output_dir / runs.RESULTS_TABLE).write_text(results_table(config, summary) + "\n")
-    shots = [n for n in config.shots if f"n{n}" in summary]
-    means = [100 * summary[f"n{n}"]["mean"] for n in shots]  # in %, as the tables
-    half_widths = [None if summary[f"n{n}"]["ci95"] is None else 100 * summary[f"n{n}"]["ci95"] for n in shots]
-    trials = sorted({len(summary[f"n{n}"]["best_dev_f1"]) for n in shots}) or [0]
+    results.write(output_dir)
+    (output_dir / runs.RESULTS_TABLE).write_text(results_table(config, results) + "\n")
+    shots = list(results.shots)
+    means = [100 * entry.mean for entry in results.shots.values()]  # in %, as the tables
+    half_widths = [None if entry.ci95 is None else 100 * entry.ci95 for entry in results.shots.values()]
+    trials = sorted({len(entry.best_dev_f1) for entry in results.shots.values()}) or [0]
     counted = f"{trials[0]}" if len(trials) == 1 else f"{trials[0]}-{trials[-1]}"
     counted += " trial per N" if trials == [1] else " trials per N"
     mode = "FE" if config.freeze_backbone else "FT"
@@ -488,23 +481,23 @@ def write_results(config: FinetuneNerConfig, truncated: dict | None = None, sent
         f"{config.fusion or 'plain'} ({mode}), {counted}" + (" (one: no interval)" if 1 in trials else ""),
         ylim=(0, 100),
     )
-    return summary
+    return results
 
 
-def results_table(config: FinetuneNerConfig, summary: dict) -> str:
-    """The Markdown table of a `finetune_ner` summary: per N, the best dev F1 and the test F1 (mean +- 95% CI, %);
-    an N with some trials still running elsewhere says how many of the planned ones it holds."""
+def results_table(config: FinetuneNerConfig, results: NerResults) -> str:
+    """The Markdown table of a finetune-ner run's results: per N, the best dev F1 and the test F1 (mean +- 95% CI,
+    %); an N with some trials still running elsewhere says how many of the planned ones it holds."""
     rows = []
     for shots in config.shots:
-        if f"n{shots}" not in summary:  # no trial finished yet
+        entry = results.shots.get(shots)
+        if entry is None:  # no trial finished yet
             rows.append(f"| {shots} | - (0 of {config.trials} trials) | - | - |")
             continue
-        entry = summary[f"n{shots}"]
-        values, mean, half_width = (entry[key] for key in ("best_dev_f1", "mean", "ci95"))
+        values = entry.best_dev_f1
         counted = f" ({len(values)} of {config.trials} trials)" if len(values) < config.trials else ""
-        test = mean_and_interval(entry["test_mean"], entry["test_ci95"]) if "test_mean" in entry else "-"
+        test = mean_and_interval(entry.test_mean, entry.test_ci95) if entry.tested else "-"
         rows.append(
-            f"| {shots} | {mean_and_interval(mean, half_width)}{counted} "
+            f"| {shots} | {mean_and_interval(entry.mean, entry.ci95)}{counted} "
             f"| {', '.join(f'{100 * v:.1f}' for v in values)} | {test} |"
         )
     mode = "FE" if config.freeze_backbone else "FT"
@@ -517,10 +510,7 @@ def results_table(config: FinetuneNerConfig, summary: dict) -> str:
         "|---|---|---|---|",
         *rows,
     ]
-    truncated = {
-        split: count for split, count in summary.get("truncated_sentences", {}).items() if split != "max_length"
-    }
-    if any(truncated.values()):
-        counts = ", ".join(f"{count} {split}" for split, count in truncated.items())
+    if any(results.truncated.values()):
+        counts = ", ".join(f"{count} {split}" for split, count in results.truncated.items())
         table += ["", f"Sentences with words past max_length ({config.max_length}), counted as O: {counts}."]
     return "\n".join(table)

@@ -1,8 +1,8 @@
 """`elc-bert pretrain`: ELC-BERT or LTG-BERT from scratch with the Trainer, following the reference recipe."""
 
+import dataclasses
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +10,10 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
-from ..data.corpus import DatasetSource, document_dataset, naming_damaged_files, packed_samples, streamed_samples
+from ..data.corpus import DatasetSource, document_dataset, packed_samples
 from ..data.preparation import TAB_MARK
-from ..data.pretraining import SpanMaskingCollator, first_fit_rows, schedule_batches
+from ..data.pretraining import SpanMaskingCollator
+from ..data.pretraining_batches import BatchRowCollator, Phase, coverage, streamed_rows, training_rows, validation_rows
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..extras import needs, require
@@ -27,7 +28,6 @@ from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
 with needs("data", "elc-bert pretrain"):
     import datasets
-    import pyarrow.compute
 
 
 def corpus(entries: list, data_dir: Path, split: str, cache_dir=None, prepare: bool = False) -> datasets.Dataset:
@@ -42,105 +42,6 @@ def corpus(entries: list, data_dir: Path, split: str, cache_dir=None, prepare: b
         for entry in entries
     ]
     return parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)
-
-
-def evenly_spaced(samples: list, count: int) -> list:
-    """`count` samples spread evenly over the list (all when it is shorter), so that a capped validation set still
-    draws from every source file."""
-    if count >= len(samples):
-        return samples
-    stride = len(samples) / count
-    return [samples[int(i * stride)] for i in range(count)]
-
-
-class BatchRows(torch.utils.data.Dataset):
-    """Row k: the samples of (micro-)batch k, `batches[k]` being their indices into the packed `samples`, read when
-    the Trainer asks for the row. The job decides batch composition (and the long phase's batch size) itself, and the
-    Trainer reads the rows in order, one per micro-step and process.
-
-    With `parts` (micro-batches per global batch), each row also names the step that draws it (`first_step` plus
-    k // parts: the masks are drawn anew at each step, `SpanMaskingCollator`) and the phase's sample length
-    `max_length`; without (validation), rows draw nothing: their masks stay the same."""
-
-    def __init__(self, samples, batches: list[list[int]], parts=None, first_step: int = 0, max_length=None):
-        self.samples, self.batches = samples, batches
-        self.parts, self.first_step, self.max_length = parts, first_step, max_length
-
-    def __len__(self):
-        return len(self.batches)
-
-    def __getitem__(self, index):
-        row = {"input_ids": self.samples[self.batches[index]]["input_ids"]}
-        if self.parts is not None:
-            row.update(draw=self.first_step + index // self.parts, max_length=self.max_length)
-        return row
-
-
-class StreamedRows(torch.utils.data.IterableDataset):
-    """The rows of a streamed corpus: consecutive samples of the shuffled stream form each global batch of
-    `batch_size`, cut into `parts` micro-batch rows in the order `split_batches` uses; `num_steps` batches in all
-    (the stream starts over when it ends). `sources`: the `DatasetSource`s streamed, for naming a damaged data file
-    (`naming_damaged_files`)."""
-
-    def __init__(
-        self, samples: datasets.IterableDataset, batch_size: int, parts: int, num_steps: int, max_length, sources=()
-    ):
-        self.samples, self.batch_size, self.parts, self.num_steps = samples, batch_size, parts, num_steps
-        self.max_length, self.sources = max_length, list(sources)
-
-    def __iter__(self):
-        with naming_damaged_files(self.sources):
-            yield from self._rows()
-
-    def _rows(self):
-        batches, batch, epoch = 0, [], 0
-        while batches < self.num_steps:
-            self.samples.set_epoch(epoch)
-            seen = 0
-            for sample in self.samples:
-                seen += 1
-                batch.append(sample["input_ids"])
-                if len(batch) == self.batch_size:
-                    size = self.batch_size // self.parts
-                    for k in range(self.parts):
-                        rows = batch[k * size : (k + 1) * size]
-                        yield {"input_ids": rows, "draw": batches, "max_length": self.max_length}
-                    batches, batch = batches + 1, []
-                    if batches == self.num_steps:
-                        return
-            if not seen:  # it would start over forever
-                raise InputError("the streamed corpus yielded no sample in a whole pass (no text in its text column?)")
-            epoch += 1
-
-
-def sample_lengths(samples: datasets.Dataset) -> list[int]:
-    """The number of tokens of every packed sample, read off the Arrow column without building the samples."""
-    return pyarrow.compute.list_value_length(samples.data.column("input_ids")).to_pylist()
-
-
-def split_batches(batches: list[list[int]], parts: int) -> list[list[int]]:
-    """Each global batch cut into `parts` equal micro-batches, in order. The Trainer (through accelerate) hands
-    process w of W the rows w, w + W, w + 2W, ... and accumulates G rows per step, so with parts = W x G chunk
-    g x W + w of every global batch goes to process w at accumulation step g: the processes share each global batch
-    and see disjoint samples."""
-    rows = []
-    for batch in batches:
-        if len(batch) % parts:
-            raise InputError(f"a batch of {len(batch)} cannot be split into {parts} equal parts")
-        size = len(batch) // parts
-        rows.extend(batch[k * size : (k + 1) * size] for k in range(parts))
-    return rows
-
-
-@dataclass
-class BatchRowCollator:
-    """Masks the samples of the batch rows of `BatchRows` as one batch, drawn by the rows' step."""
-
-    masking: SpanMaskingCollator
-
-    def __call__(self, rows) -> dict[str, torch.Tensor]:
-        samples = [sample for row in rows for sample in row["input_ids"]]
-        return self.masking(samples, draw=rows[0].get("draw"), max_length=rows[0].get("max_length"))
 
 
 def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.Dataset):
@@ -201,10 +102,15 @@ def _model(config: PretrainConfig, tokenizer) -> ElcBertForMaskedLM:
 
 
 def _training_arguments(config: PretrainConfig, output_dir: Path, has_validation: bool) -> TrainingArguments:
-    """The job's TrainingArguments: one row per micro-batch, read in the order the job chose."""
+    """The job's TrainingArguments: one row per micro-batch, read in the order the job chose. The optimizer and its
+    schedule are the job's (`_optimizers`); the arguments name their learning rate, weight decay and warm-up steps,
+    so that a run's saved arguments (training_args.bin) say what it trained with."""
     owned = dict(
         seed=config.seed,
         max_steps=config.max_steps,
+        learning_rate=config.learning_rate,
+        weight_decay=config.weight_decay,
+        warmup_steps=_warmup_steps(config),
         per_device_train_batch_size=1,  # a row is a whole micro-batch
         per_device_eval_batch_size=1,
         train_sampling_strategy="sequential",
@@ -243,19 +149,19 @@ def _check_batches(config: PretrainConfig, parts: int) -> None:
             )
 
 
-def _phases(config: PretrainConfig) -> list[tuple[int, int, int]]:
-    """The training phases as (tokens per sample, sequences per step, steps): the whole run, or the recipe's short
-    phase and then its long one (long_seq_length, batch_size / 4) for the steps after long_after."""
+def _phases(config: PretrainConfig) -> list[Phase]:
+    """The training phases: the whole run, or the recipe's short phase and then its long one (long_seq_length,
+    batch_size / 4) for the steps after long_after."""
     long_steps = 0 if config.long_seq_length is None else config.max_steps - round(config.long_after * config.max_steps)
-    phases = [(config.seq_length, config.batch_size, config.max_steps - long_steps)]
+    phases = [Phase(config.seq_length, config.batch_size, config.max_steps - long_steps)]
     if long_steps:
-        phases.append((config.long_seq_length, config.batch_size // 4, long_steps))
+        phases.append(Phase(config.long_seq_length, config.batch_size // 4, long_steps))
     return phases
 
 
 def _prepared_data(config: PretrainConfig, output_dir: Path):
-    """The tokenizer, the phases (`_phases`) with their packed samples in place of their sample length (kept as
-    lengths when streaming) and the packed validation samples (None without validation files)."""
+    """The tokenizer, the phases (`_phases`) with their packed samples (none when streaming) and the packed
+    validation samples (None without validation files)."""
     data_dir = Path(config.data_dir)
     documents = None
     if not config.streaming:
@@ -264,8 +170,10 @@ def _prepared_data(config: PretrainConfig, output_dir: Path):
     phases = _phases(config)
     if not config.streaming:
         phases = [
-            (packed_samples(documents, tokenizer, length, packing=config.packing), size, steps)
-            for length, size, steps in phases
+            dataclasses.replace(
+                phase, samples=packed_samples(documents, tokenizer, phase.max_length, packing=config.packing)
+            )
+            for phase in phases
         ]
     validation = None
     if config.validation_files:
@@ -274,23 +182,24 @@ def _prepared_data(config: PretrainConfig, output_dir: Path):
     return tokenizer, phases, validation
 
 
-def sample_words(samples: datasets.Dataset) -> np.ndarray:
-    """The words of every packed sample, as BabyLM counts them (whitespace-separated, in the text as released): each
-    document's words go with its tokens to the samples that first hold them (corpus.SAMPLE_FEATURES), so one epoch
-    of samples counts every word of the corpus once, whatever preparation did to the text."""
-    return samples.data.column("words").to_numpy()
-
-
-def coverage(samples: datasets.Dataset) -> dict[str, float]:
-    """What one epoch of packed samples does with the corpus's tokens: the share that reaches a sample, and the
-    positions holding a token that an earlier sample already held (the reference rule repeats the cut part of a
-    sentence) as a share of the corpus's tokens."""
-    table = samples.data
-    new = pyarrow.compute.sum(table.column("new_tokens")).as_py() or 0
-    missed = pyarrow.compute.sum(table.column("missed_tokens")).as_py() or 0
-    held = sum(sample_lengths(samples)) - 2 * len(samples)  # without [CLS] and [SEP]
-    corpus_tokens = max(1, new + missed)
-    return {"corpus_token_share": new / corpus_tokens, "repeated_token_share": (held - new) / corpus_tokens}
+def _train_rows(config: PretrainConfig, tokenizer, phases: list[Phase], parts: int):
+    """The training rows (micro-batches of `parts` per global batch), the tokens and words of each step, and the share
+    of real tokens among the padded micro-batches' positions (all None when streaming: not known ahead)."""
+    if config.streaming:
+        sources = [DatasetSource(**entry) for entry in config.train_files]
+        rows = streamed_rows(
+            sources,
+            tokenizer,
+            phases[0],
+            parts,
+            seed=config.seed,
+            shuffle_buffer=config.shuffle_buffer,
+            cache_dir=config.data_cache_dir,
+            packing=config.packing,
+            prepare=config.prepare_corpus,
+        )
+        return rows, None, None, None
+    return training_rows(phases, parts, config.seed, config.pack_rows, bool(config.checkpoint_words))
 
 
 class CheckpointsAreModels(TrainerCallback):
@@ -342,58 +251,6 @@ class CheckpointsAreModels(TrainerCallback):
         scratch.rename(folder)
 
 
-def _train_rows(config: PretrainConfig, tokenizer, phases: list, parts: int):
-    """The training rows (micro-batches of `parts` per global batch), the tokens and words of each step, and the share
-    of real tokens among the padded micro-batches' positions (before `short_p` cuts; all None when streaming: not known
-    ahead)."""
-    if config.streaming:
-        sources = [DatasetSource(**entry) for entry in config.train_files]
-        streams = [
-            streamed_samples(
-                source, tokenizer, config.seq_length, config.data_cache_dir, config.packing, config.prepare_corpus
-            )
-            for source in sources
-        ]
-        stream = streams[0] if len(streams) == 1 else datasets.concatenate_datasets(streams)
-        stream = stream.shuffle(seed=config.seed, buffer_size=config.shuffle_buffer)
-        rows = StreamedRows(stream, config.batch_size, parts, config.max_steps, config.seq_length, sources)
-        return rows, None, None, None
-    rows, step_tokens, step_words, padded = [], [], [], 0
-    for phase, ((samples, size, steps), (max_length, _, _)) in enumerate(zip(phases, _phases(config))):
-        batches = schedule_batches(len(samples), size, steps, config.seed + phase)
-        lengths = sample_lengths(samples)
-        step_tokens += [sum(lengths[i] for i in batch) for batch in batches]
-        padded += sum(
-            padded_positions([lengths[i] for i in micro], max_length if config.pack_rows else None)
-            for batch in batches
-            for micro in split_batches([batch], parts)
-        )
-        if config.checkpoint_words:
-            words = sample_words(samples)
-            step_words += [int(words[batch].sum()) for batch in batches]
-        rows.append(BatchRows(samples, split_batches(batches, parts), parts, len(step_tokens) - steps, max_length))
-    return torch.utils.data.ConcatDataset(rows), step_tokens, step_words, sum(step_tokens) / padded
-
-
-def padded_positions(lengths: list[int], row_capacity: int | None = None) -> int:
-    """The positions a micro-batch of samples of these lengths occupies: one sample per row, padded to the longest,
-    or laid several to a row of `row_capacity` tokens (`first_fit_rows`)."""
-    if row_capacity is None:
-        return len(lengths) * max(lengths)
-    rows = first_fit_rows(lengths, row_capacity)
-    return len(rows) * max(sum(lengths[i] for i in row) for row in rows)
-
-
-def _validation_rows(config: PretrainConfig, validation) -> BatchRows | None:
-    """Batches of `batch_size` validation samples (at most `max_eval_samples`, evenly spaced)."""
-    if validation is None:
-        return None
-    chosen = list(range(len(validation)))
-    if config.max_eval_samples is not None:
-        chosen = evenly_spaced(chosen, config.max_eval_samples)
-    return BatchRows(validation, [chosen[i : i + config.batch_size] for i in range(0, len(chosen), config.batch_size)])
-
-
 def _optimizers(config: PretrainConfig, model) -> tuple:
     """The optimizer (LAMB or AdamW, no weight decay on biases and LayerNorms) and its warm-up + cosine schedule."""
     groups = parameter_groups(model, config.weight_decay)
@@ -401,8 +258,12 @@ def _optimizers(config: PretrainConfig, model) -> tuple:
         optimizer = Lamb(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
     else:
         optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
-    warmup = max(1, math.ceil(config.warmup_ratio * config.max_steps))
-    return optimizer, warmup_cosine_schedule(optimizer, warmup, config.max_steps, config.final_lr_ratio)
+    return optimizer, warmup_cosine_schedule(optimizer, _warmup_steps(config), config.max_steps, config.final_lr_ratio)
+
+
+def _warmup_steps(config: PretrainConfig) -> int:
+    """The steps of the schedule's linear warm-up: warmup_ratio of max_steps, rounded up, one at least."""
+    return max(1, math.ceil(config.warmup_ratio * config.max_steps))
 
 
 def _unmaskable(tokenizer) -> int:
@@ -489,14 +350,15 @@ def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
     with args.main_process_first(desc="data preparation"):
         tokenizer, phases, validation = _prepared_data(config, output_dir)
     train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
-    step_sequences = [size for _, size, steps in phases for _ in range(steps)]
+    step_sequences = [phase.batch_size for phase in phases for _ in range(phase.steps)]
+    eval_rows = None if validation is None else validation_rows(validation, config.batch_size, config.max_eval_samples)
     torch.manual_seed(config.seed)
     model = _model(config, tokenizer)
     trainer = Trainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
-        eval_dataset=_validation_rows(config, validation),
+        eval_dataset=eval_rows,
         data_collator=BatchRowCollator(_masking(config, tokenizer)),
         optimizers=_optimizers(config, model),
         callbacks=[
@@ -511,9 +373,9 @@ def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
     metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
     if real_token_share is not None:
         metrics["real_token_share"] = real_token_share
-        for phase, (samples, _, _) in enumerate(phases):  # the long phase's samples are packed anew
-            prefix = "long_phase_" if phase else ""
-            metrics.update({prefix + key: share for key, share in coverage(samples).items()})
+        for number, phase in enumerate(phases):  # the long phase's samples are packed anew
+            prefix = "long_phase_" if number else ""
+            metrics.update({prefix + key: share for key, share in coverage(phase.samples).items()})
     if trainer.eval_dataset is not None:
         metrics.update(trainer.evaluate())
     _save_run(trainer, model, tokenizer, output_dir, metrics)
