@@ -498,7 +498,7 @@ def evaluate_babylm(
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
     revisions = model_folders(model, all_checkpoints, revision, all_revisions)
-    model_name = Path(str(model)).stem  # the pipeline's (and collate_preds.py's) model folder
+    model_dir = runs.pipeline_model_dir(out_dir, model)  # the pipeline's (and collate_preds.py's) results tree
     rows = {}
     for revision, (source, commit) in revisions.items():
         is_folder = Path(source).is_dir()
@@ -528,18 +528,18 @@ def evaluate_babylm(
             causal = kind == "causal"
             logger.info("%s %s: %d items", revision, task, len(items[task]))
             backend = "causal" if causal else "mlm"
-            official = out_dir / model_name / revision / "zero_shot" / backend / official_folder(task, folders[task])
+            official = model_dir / revision / runs.PIPELINE_ZERO_SHOT / backend / official_folder(task, folders[task])
             if TASKS[task].metric == "reading":
                 surprisal = reading.surprisals(model_object, tokenizer, items[task], causal, batch_tokens, progress)
                 result = reading.evaluate(items[task], *surprisal)
-                _write_json(official / "predictions.json", reading.predictions(*surprisal))
+                _write_json(official / runs.PIPELINE_PREDICTIONS, reading.predictions(*surprisal))
                 reading.write_reports(official, result)
             else:
                 scores = score_items(
                     model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress
                 )
                 result = evaluate(task, items[task], scores)
-                _write_json(official / "predictions.json", predictions(task, items[task], scores))
+                _write_json(official / runs.PIPELINE_PREDICTIONS, predictions(task, items[task], scores))
                 report = _report(task, result, temperature)
                 (official / "best_temperature_report.txt").write_text(report, encoding="utf-8")
             result.update(task=task, revision=revision, items=len(items[task]), backend=backend, key=key)

@@ -61,6 +61,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import runs
 from ..data.jsonl import read_jsonl
 from ..data.text import read_text
 from ..extras import needs, require
@@ -213,18 +214,11 @@ PARTS = (
 )
 READING = PARTS[-1]
 AOA_FILE = "AoA_word/surprisal.json"
-PREDICTIONS = "predictions.json"
 
 
 def output_file(results_dir: str | Path, model: str, backend: str) -> Path:
     """Where the pipeline writes the submission: RESULTS/<model>/all_full_preds_and_fast_scores_<backend>.json."""
-    return Path(results_dir) / model_folder_name(model) / f"all_full_preds_and_fast_scores_{backend}.json"
-
-
-def model_folder_name(model: str | Path) -> str:
-    """The model's folder in the results tree, as the pipeline names it: its path's or Hub name's last part, without
-    a suffix (`Path(...).stem`)."""
-    return Path(str(model).rstrip("/")).stem
+    return runs.pipeline_model_dir(results_dir, model) / f"all_full_preds_and_fast_scores_{backend}.json"
 
 
 # --------------------------------------------------------------------------------------------------- collating
@@ -334,10 +328,10 @@ def collate(
     revisions = fast_revisions(track, up_to)
     counts = counts or PIPELINE_COUNTS
     require("eval", what="the wug tests' Spearman correlation")
-    model_dir = Path(results_dir) / model_folder_name(model_name)
+    model_dir = runs.pipeline_model_dir(results_dir, model_name)
     if not model_dir.is_dir():
         raise InputNotFoundError(f"{model_dir}: no results folder for model {model_name} in {results_dir}")
-    backend = backend or _the_backend(model_dir / revision / "zero_shot")
+    backend = backend or _the_backend(model_dir / revision / runs.PIPELINE_ZERO_SHOT)
     if backend not in BACKENDS:
         raise InputError(f"backend {backend!r}: choose from {', '.join(BACKENDS)}")
     fast_data = _fast_data_dir(resolve_data(data))
@@ -352,10 +346,10 @@ def collate(
                 problems.append(f"{path}: missing ({what}, revision {name})")
     _refuse_if_any(problems, f"cannot collate {model_dir}")
 
-    zero_shot = model_dir / revision / "zero_shot" / backend
+    zero_shot = model_dir / revision / runs.PIPELINE_ZERO_SHOT / backend
     full = {}
     for part in PARTS:
-        path = zero_shot / part.full / PREDICTIONS
+        path = zero_shot / part.full / runs.PIPELINE_PREDICTIONS
         value = _load_json(path, problems, part.key)
         if value is not None and _check_predictions(
             value, path, part.key, counts.full[part.key], _required_uids(counts, part.key, False), problems
@@ -367,7 +361,7 @@ def collate(
     full["aoa"] = aoa
     glue, owner = {}, {}
     for task in GLUE_TASKS:
-        path = model_dir / revision / "finetune" / task / PREDICTIONS
+        path = model_dir / revision / runs.PIPELINE_FINETUNE / task / runs.PIPELINE_PREDICTIONS
         value = _load_json(path, problems, task)
         if value is not None and _check_predictions(value, path, task, counts.full[task], None, problems):
             for uid in value:
@@ -383,7 +377,7 @@ def collate(
         for part in PARTS:
             if not part.fast:
                 continue
-            path = model_dir / name / "zero_shot" / backend / part.fast / PREDICTIONS
+            path = model_dir / name / runs.PIPELINE_ZERO_SHOT / backend / part.fast / runs.PIPELINE_PREDICTIONS
             what = f"{part.key} fast, revision {name}"
             value = _load_json(path, problems, what)
             required = _required_uids(counts, part.key, True)
@@ -404,12 +398,12 @@ def collate(
 
 def _files(folder: Path, backend: str, fast: bool) -> list[tuple[Path, str]]:
     """The files a revision's folder must hold, with what each is."""
-    zero_shot = folder / "zero_shot" / backend
+    zero_shot = folder / runs.PIPELINE_ZERO_SHOT / backend
     if fast:
-        return [(zero_shot / p.fast / PREDICTIONS, f"{p.key} fast") for p in PARTS if p.fast]
-    files = [(zero_shot / p.full / PREDICTIONS, p.key) for p in PARTS]
+        return [(zero_shot / p.fast / runs.PIPELINE_PREDICTIONS, f"{p.key} fast") for p in PARTS if p.fast]
+    files = [(zero_shot / p.full / runs.PIPELINE_PREDICTIONS, p.key) for p in PARTS]
     files.append((zero_shot / AOA_FILE, "aoa"))
-    return files + [(folder / "finetune" / task / PREDICTIONS, task) for task in GLUE_TASKS]
+    return files + [(folder / runs.PIPELINE_FINETUNE / task / runs.PIPELINE_PREDICTIONS, task) for task in GLUE_TASKS]
 
 
 def _the_backend(zero_shot: Path) -> str:

@@ -36,6 +36,9 @@ from .layout import (  # noqa: F401
     METRICS,
     MODEL,
     MODEL_FINGERPRINTS,
+    PIPELINE_FINETUNE,
+    PIPELINE_PREDICTIONS,
+    PIPELINE_ZERO_SHOT,
     RESULT,
     RESULTS,
     RESULTS_TABLE,
@@ -51,6 +54,7 @@ from .layout import (  # noqa: F401
     jobs_of,
     links_out_of,
     mean_depth_profiles,
+    pipeline_model_dir,
     refuse_other_jobs,
     trial_dir,
 )

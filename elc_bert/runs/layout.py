@@ -64,6 +64,19 @@ F1_VS_N_PLOT = "f1_vs_n.png"  # finetune-ner
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt")  # any of them makes a tokenizer folder
 
 
+# The BabyLM 2025 evaluation pipeline's results tree, which its collate_preds.py reads, and eval-babylm,
+# finetune-glue's `predictions_dir` and collate write or read: RESULTS/<model>/<revision>/zero_shot/<backend>/<task>/
+# <dataset>/predictions.json and RESULTS/<model>/<revision>/finetune/<task>/predictions.json.
+PIPELINE_ZERO_SHOT = "zero_shot"
+PIPELINE_FINETUNE = "finetune"
+PIPELINE_PREDICTIONS = "predictions.json"
+
+
+def pipeline_model_dir(results: str | Path, model: str | Path) -> Path:
+    """RESULTS/<model>: the pipeline names a model by the last part of its path or Hub name, without a suffix."""
+    return Path(results) / Path(str(model).rstrip("/")).stem
+
+
 # BabyLM 2025: a submission's checkpoints are revisions (branches) of its Hub repository named by the words seen,
 # chck_1M ... chck_9M, chck_10M ... chck_100M and, but for the strict-small track, chck_200M ... chck_1000M (the
 # official pipeline's collate_preds.py and eval_zero_shot_fast_all_revisions.sh). A run keeps its words-seen

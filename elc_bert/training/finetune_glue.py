@@ -151,7 +151,7 @@ def predictions_folder(predictions_dir: str | Path, model: str, task: str) -> Pa
     """Where the BabyLM 2025 pipeline writes `task`'s fine-tuning predictions of the final model: its results tree's
     <model name>/main/finetune/<task>/ (the model name as the pipeline names it: the last part of the model's path or
     Hub name, without a suffix)."""
-    return Path(predictions_dir) / Path(model.rstrip("/")).stem / "main" / "finetune" / task
+    return runs.pipeline_model_dir(predictions_dir, model) / "main" / runs.PIPELINE_FINETUNE / task
 
 
 def write_pipeline_predictions(folder: Path, task: GlueTask, predictions, metrics: dict) -> None:
@@ -159,7 +159,7 @@ def write_pipeline_predictions(folder: Path, task: GlueTask, predictions, metric
     order) and results.txt (one "metric: value" line per metric the pipeline reports), as the pipeline writes them."""
     folder.mkdir(parents=True, exist_ok=True)
     rows = [{"id": f"{task.name}_{i}", "pred": int(pred)} for i, pred in enumerate(predictions)]
-    (folder / "predictions.json").write_text(json.dumps({task.name: {"predictions": rows}}))
+    (folder / runs.PIPELINE_PREDICTIONS).write_text(json.dumps({task.name: {"predictions": rows}}))
     lines = [f"{name}: {metrics[name]}" for name in PIPELINE_METRICS if name in metrics]
     (folder / "results.txt").write_text("\n".join(lines))
 
