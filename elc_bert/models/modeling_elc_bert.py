@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -141,8 +142,9 @@ def relative_flex_attention(
     kernel_options: dict | None = None,
 ) -> torch.Tensor:
     """The `"flex_attention"` implementation: `torch.nn.attention.flex_attention` with the disentangled relative bias as
-    its `score_mod`, read from the two B x H x T x (2P-1) tables at each pair's bucket (no B x H x T x T bias is made),
-    and padding (and packed samples) as its block mask (`ElcBertModel.block_inputs` makes it; None: attend to all).
+    its `score_mod`, read from the two H x B x T(2P-1) tables (row-major T x (2P-1) per head and input) at each pair's
+    flat indices (`ElcBertModel.position_buckets`; no B x H x T x T bias is made), and padding (and packed samples) as
+    its block mask (`ElcBertModel.block_inputs` makes it; None: attend to all).
 
         score(i, j) = q_i . k_j * scaling + content_to_position[i, delta(i, j)] + position_to_content[j, delta(i, j)]
 
@@ -157,10 +159,12 @@ def relative_flex_attention(
             "attention_probs_dropout_prob=0, or with sdpa"
         )
 
+    length = query.shape[2]
+
     def score_mod(score, batch, head, query_index, key_index):
-        bucket = position_buckets[query_index, key_index]
         relative = (
-            content_to_position[batch, head, query_index, bucket] + position_to_content[batch, head, key_index, bucket]
+            content_to_position[head, batch, position_buckets[0, query_index * length + key_index]]
+            + position_to_content[head, batch, position_buckets[1, query_index * length + key_index]]
         )
         return score + relative
 
@@ -208,6 +212,28 @@ def packed_sequence_mask(position_ids: torch.Tensor, attention_mask: torch.Tenso
     return keep[:, None]
 
 
+class RelativeBias(torch.autograd.Function):
+    """The disentangled relative bias of every pair (i, j), content-to-position plus position-to-content:
+
+        bias[hb, iT + j] = relative[0, hb, index[0, hb, iT + j]] + relative[1, hb, index[1, hb, iT + j]]
+
+    for the relative scores (2 x HB x T(2P-1)) and their flat indices (2 x HB x T^2, `ElcBertModel.position_buckets`):
+    one gather and a sum. Its backward is the gather's, a scatter-add of the bias's gradient into both halves, but keeps
+    the index alone: autograd's gather keeps its whole input (2 x B x H x T x (2P-1) per block)."""
+
+    @staticmethod
+    def forward(ctx, relative: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(index)
+        ctx.shape = relative.shape
+        return relative.gather(2, index).sum(0)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        (index,) = ctx.saved_tensors
+        return grad.new_zeros(ctx.shape).scatter_add_(2, index, grad.expand(index.shape)), None
+
+
 class ElcBertAttention(nn.Module):
     """Pre-norm disentangled self-attention: content-content plus content-position and position-content terms.
 
@@ -235,10 +261,10 @@ class ElcBertAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
-        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: 2 x B x H x T x T, delta(i, j)
-        and its transpose (`ElcBertModel.position_buckets`, expanded); attention_mask: the mask of
-        `ElcBertModel.block_inputs` (a B x 1 x T x T or B x 1 x 1 x T tensor, a FlexAttention BlockMask, or
-        None).
+        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: 2 x HB x T^2, where the two
+        positional terms of each pair lie in the T x (2P-1) relative scores of each head and input
+        (`ElcBertModel.position_buckets`); attention_mask: the mask of `ElcBertModel.block_inputs` (a B x 1 x T x T
+        or B x 1 x 1 x T tensor, a FlexAttention BlockMask, or None).
 
         Returns the sublayer output (B x T x D) and the attention probabilities (B x H x T x T; None from "sdpa").
         """
@@ -246,21 +272,26 @@ class ElcBertAttention(nn.Module):
         batch, length, width = hidden_states.shape
         heads, head_dim = self.num_heads, self.head_dim
         h = self.pre_layer_norm(hidden_states)
-        # 2 x B x H x T x d: the content query and key, one view of one projection
-        content = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim).permute(2, 0, 3, 1, 4)
+        # The content query and key, one projection: its columns (query|key, head, d) as 2 x B x H x T x d
+        qk = self.in_proj_qk(h).view(batch, length, 2, heads, head_dim)
+        query, key = qk.permute(2, 0, 3, 1, 4).unbind(0)  # each B x H x T x d, views
         value = self.in_proj_v(h).view(batch, length, heads, head_dim).transpose(1, 2)  # B x H x T x d
 
         # The positional query/key reuse W_qk and b_qk on the (2P-1) rows of the relative table; the scaling is
         # applied to this small table rather than to the B x H x T x T bias.
         position = self.in_proj_qk(self.dropout(relative_embedding)) * self.scaling
+        buckets = position.shape[0]
+        # 2H x d x (2P-1), (key|query, head): each kind of content vector meets the other kind's positions
         if self.interleaved:
-            position = position.view(-1, heads, 2, head_dim).permute(2, 1, 0, 3)
+            position = position.view(buckets, heads, 2, head_dim).flip(2).permute(2, 1, 3, 0)
         else:
-            position = position.view(-1, 2, heads, head_dim).permute(1, 2, 0, 3)
-        # 2 x H x (2P-1) x d: the positional query and key. Both terms in one matrix product, each content vector
-        # against the other kind's positions: [query . key_position, key . query_position], 2 x B x H x T x (2P-1).
-        relative = torch.matmul(content, position.flip(0).transpose(-1, -2).unsqueeze(1))
-        query, key = content.unbind(0)
+            position = position.view(buckets, 2, heads, head_dim).flip(1).permute(1, 2, 3, 0)
+        position = position.reshape(2 * heads, head_dim, buckets)
+        # Both terms in one matrix product of views (nothing copied; autograd keeps a view of the projection, which
+        # it keeps for the attention anyway): [query . key_position, key . query_position], 2H x BT x (2P-1), read as
+        # 2 x HB x T(2P-1).
+        content = qk.permute(2, 3, 0, 1, 4).reshape(2 * heads, batch * length, head_dim)
+        relative = torch.bmm(content, position).view(2, heads * batch, length * buckets)
         if self.config._attn_implementation == "flex_attention":
             context = relative_flex_attention(
                 self,
@@ -269,16 +300,14 @@ class ElcBertAttention(nn.Module):
                 value,
                 attention_mask,
                 self.scaling,
-                *relative.unbind(0),
-                position_buckets[0, 0, 0],
+                *relative.view(2, heads, batch, length * buckets).unbind(0),
+                position_buckets[:, 0],
                 kernel_options,
             )
             context = context.reshape(batch, length, width)
             return self.dropout(self.post_layer_norm(self.out_proj(context))), None
-        # One gather for both terms: [i, j] <- row i at delta(i, j) (content-to-position); [j, i] <- row j at
-        # delta(i, j) (position-to-content, transposed back).
-        to_position, to_content = relative.gather(-1, position_buckets).unbind(0)
-        bias = to_position + to_content.transpose(-1, -2)
+        # [i, j] <- row i at delta(i, j) (content-to-position) plus row j at delta(i, j) (position-to-content)
+        bias = RelativeBias.apply(relative, position_buckets).view(heads, batch, length, length).transpose(0, 1)
 
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -312,8 +341,44 @@ class ElcBertFeedForward(nn.Module):
         self.up_proj.init_scale = self.down_proj.init_scale = math.sqrt(1.0 / (2.0 * (layer_idx + 1)))
 
     def forward(self, hidden_states):
-        value, gate = self.up_proj(self.pre_layer_norm(hidden_states)).chunk(2, dim=-1)
-        return self.dropout(self.down_proj(self.inner_layer_norm(value * F.gelu(gate, approximate="tanh"))))
+        up = self.up_proj(self.pre_layer_norm(hidden_states))
+        if torch.compiler.is_compiling() or self.inner_layer_norm.elementwise_affine:
+            # Compiled, Inductor's partitioner chooses what to keep and what to recompute
+            value, gate = up.chunk(2, dim=-1)
+            gated = self.inner_layer_norm(value * F.gelu(gate, approximate="tanh"))
+        else:
+            gated = GatedNorm.apply(up, self.inner_layer_norm.eps)
+        return self.dropout(self.down_proj(gated))
+
+
+class GatedNorm(torch.autograd.Function):
+    """LN(value * GELU(gate)) of a GeGLU's up-projection [value, gate] (... x 2I), the LN without affine parameters: the
+    GeGLU's inner product, normalised. Autograd would keep the GELU's output, the product and the LN's output (3 x I
+    per token, beside the up-projection, which the GELU's backward keeps); this keeps the up-projection alone and
+    recomputes the GELU, the product and the LN's statistics in the backward pass (elementwise work) with the same
+    operators in the same dtypes (under autocast, the LN's, which autocast may raise)."""
+
+    @staticmethod
+    def forward(ctx, up: torch.Tensor, eps: float) -> torch.Tensor:
+        value, gate = up.chunk(2, dim=-1)
+        normed = F.layer_norm(value * F.gelu(gate, approximate="tanh"), value.shape[-1:], eps=eps)
+        ctx.save_for_backward(value, gate)
+        ctx.eps, ctx.norm_dtype = eps, normed.dtype
+        return normed
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: torch.Tensor):
+        value, gate = ctx.saved_tensors
+        activated = F.gelu(gate, approximate="tanh")
+        product = (value * activated).to(ctx.norm_dtype)
+        width = list(value.shape[-1:])
+        _, mean, rstd = torch.ops.aten.native_layer_norm(product, width, None, None, ctx.eps)
+        grad_product = torch.ops.aten.native_layer_norm_backward(
+            grad, product, width, mean, rstd, None, None, [True, False, False]
+        )[0].to(value.dtype)
+        grad_gate = torch.ops.aten.gelu_backward(grad_product * value, gate, approximate="tanh")
+        return torch.cat((grad_product * activated, grad_gate), dim=-1), None
 
 
 class ElcBertLayer(GradientCheckpointingLayer):
@@ -587,15 +652,17 @@ class ElcBertModel(ElcBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     def position_buckets(self, batch_size: int, length: int, device) -> torch.Tensor:
-        """The bucket tables of B inputs of T tokens (longer than M: computed for that length), delta(i, j) and its
-        transpose delta(j, i), the indices of the two positional terms (`ElcBertAttention`): 2 x T x T, expanded (a
-        view) to the 2 x B x H x T x T that the blocks gather with."""
+        """Where the two positional terms of the pair (i, j) of B inputs of T tokens (longer than M: computed for that
+        length) lie in a block's T x (2P-1) relative scores of each head and input (`ElcBertAttention`), as flat
+        indices: [0, ., iT + j] = i (2P-1) + delta(i, j) (content-to-position) and [1, ., iT + j] = j (2P-1) +
+        delta(i, j) (position-to-content); 2 x T^2, expanded (a view) to the 2 x HB x T^2 that `RelativeBias` takes."""
         if length <= self.position_bucket_table.shape[0]:
             table = self.position_bucket_table[:length, :length]
         else:
             table = self._bucket_table(length, device)
-        heads = self.config.num_attention_heads
-        return torch.stack((table, table.T))[:, None, None].expand(2, batch_size, heads, length, length)
+        rows = torch.arange(length, device=table.device) * (2 * self.config.position_bucket_size - 1)
+        index = torch.stack((table + rows[:, None], table + rows[None, :])).view(2, 1, length * length)
+        return index.expand(2, batch_size * self.config.num_attention_heads, length * length)
 
     def embed(self, input_ids=None, inputs_embeds=None) -> torch.Tensor:
         """y_0 of the ids (or of `inputs_embeds`). Ids outside the vocabulary raise an InputError naming one on the
