@@ -897,7 +897,7 @@ def _saved_activations(model, batch) -> int:
 @pytest.mark.parametrize("name", ["elc-bert", "ltg-bert"])
 def test_activation_memory_of_a_training_step_is_within_1_3x_berts(name):
     """At strict-small's dims, a training step keeps at most 1.3x the activations of `BertForMaskedLM` of like size
-    (1.43x for ELC-BERT before the GeGLU's inner activations and the gather's input were no longer kept)."""
+    (1.44x for ELC-BERT before the GeGLU's inner activations and the gather's input were no longer kept)."""
     import sys
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
@@ -912,9 +912,76 @@ def test_activation_memory_of_a_training_step_is_within_1_3x_berts(name):
     assert ours <= 1.3 * bert, (ours / bert, ours, bert)
 
 
+def test_activation_memory_script_counts_what_the_efficient_attention_keeps():
+    """`scripts/activation_memory.py`'s stand-in for CUDA's memory-efficient attention is what our models call; it
+    keeps one B x H x T x T tensor per block (the bias, which takes a gradient), and less in all than the CPU math
+    path keeps."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
+    from activation_memory import efficient_attention_saves
+
+    torch.manual_seed(0)
+    config = ElcBertConfig(**TINY, sparse_prediction=True, attn_implementation="sdpa")
+    model = ElcBertForMaskedLM(config).train()
+    input_ids = torch.randint(7, config.vocab_size, (2, 16))
+    labels = torch.where(torch.arange(16) % 3 == 0, input_ids, -100)
+    square = (2, config.num_attention_heads, 16, 16)
+
+    def squares_kept() -> int:
+        kept = {}
+
+        def pack(tensor):
+            if tuple(tensor.shape) == square:
+                kept[tensor.untyped_storage().data_ptr()] = tensor
+            return tensor
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model(input_ids=input_ids, labels=labels).loss.backward()
+        return len(kept)
+
+    batch = {"input_ids": input_ids, "labels": labels}
+    as_run = _saved_activations(model, batch)
+    with efficient_attention_saves():
+        assert squares_kept() == config.num_hidden_layers
+        assert _saved_activations(model, batch) < as_run
+
+
+@pytest.mark.parametrize("layer_combination", ["elc", "residual"])
+def test_a_training_step_takes_torch_func_grad_and_a_second_derivative(layer_combination):
+    """The model's own autograd functions (`WeightedSum`, `RelativeBias`, `GatedNorm`) run under `torch.func.grad`
+    (its gradients equal autograd's) and are differentiable twice (a gradient penalty on the input embeddings)."""
+    torch.manual_seed(0)
+    config = ElcBertConfig(**TINY, layer_combination=layer_combination, attn_implementation="sdpa")
+    model = ElcBertForMaskedLM(config).train()
+    model.config.hidden_dropout_prob = 0.0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    input_ids = torch.randint(7, config.vocab_size, (2, 9))
+    params = dict(model.named_parameters())
+
+    def loss_of(parameters):
+        return torch.func.functional_call(model, parameters, (input_ids,), {"labels": input_ids}).loss
+
+    functional = torch.func.grad(loss_of)(params)
+    model.zero_grad()
+    model(input_ids, labels=input_ids).loss.backward()
+    for name, parameter in params.items():
+        assert_close(functional[name], parameter.grad, atol=1e-6, rtol=1e-5)
+
+    embeddings = model.get_input_embeddings()(input_ids).detach().requires_grad_()
+    loss = model(inputs_embeds=embeddings, labels=input_ids).loss
+    (grad,) = torch.autograd.grad(loss, embeddings, create_graph=True)
+    model.zero_grad()
+    grad.square().sum().backward()
+    assert all(parameter.grad is not None for parameter in model.parameters() if parameter.requires_grad)
+
+
 def test_gated_norm_is_the_geglu_product_normalised_keeping_the_up_projection_alone():
     """`GatedNorm` computes LN(value * GELU(gate)) and its gradient as autograd does from the same operators (bit for
-    bit, in float32 and under bf16 autocast), passes gradcheck in float64, and keeps nothing but views of its input."""
+    bit, in float32 and under bf16 autocast), passes gradcheck and gradgradcheck in float64, and keeps nothing but its
+    input."""
     torch.manual_seed(0)
 
     def plain(up):
@@ -923,6 +990,7 @@ def test_gated_norm_is_the_geglu_product_normalised_keeping_the_up_projection_al
 
     up = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda u: GatedNorm.apply(u, 1e-7), (up,))
+    assert torch.autograd.gradgradcheck(lambda u: GatedNorm.apply(u, 1e-7), (up,))
     for autocast in [False, True]:
         up = torch.randn(3, 7, 2 * 24, requires_grad=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -941,21 +1009,23 @@ def test_gated_norm_is_the_geglu_product_normalised_keeping_the_up_projection_al
 
 def test_relative_bias_is_the_two_terms_at_their_indices_keeping_the_index_alone():
     """`RelativeBias` sums the relative scores at the two flat indices of each pair, against a loop over the pairs;
-    gradcheck in float64; its backward keeps the index, not the 2 x HB x T(2P-1) scores."""
+    gradcheck and gradgradcheck in float64; its backward keeps the index, not the 2 x H x B x T(2P-1) scores."""
     torch.manual_seed(0)
-    heads_batch, length, buckets = 3, 5, 7
-    relative = torch.randn(2, heads_batch, length * buckets, dtype=torch.float64, requires_grad=True)
-    index = torch.randint(0, length * buckets, (2, 1, length * length)).expand(2, heads_batch, length * length)
+    heads, batch, length, buckets = 3, 2, 5, 7
+    relative = torch.randn(2, heads, batch, length * buckets, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, length * buckets, (2, 1, 1, length * length)).expand(2, batch, heads, length * length)
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         bias = RelativeBias.apply(relative, index)
-    expected = torch.empty(heads_batch, length * length, dtype=torch.float64)
-    for hb in range(heads_batch):
-        for pair in range(length * length):
-            expected[hb, pair] = relative[0, hb, index[0, hb, pair]] + relative[1, hb, index[1, hb, pair]]
-    assert torch.equal(bias, expected)
+    expected = torch.empty(batch, heads, length * length, dtype=torch.float64)
+    for b in range(batch):
+        for h in range(heads):
+            for pair in range(length * length):
+                expected[b, h, pair] = relative[0, h, b, index[0, b, h, pair]] + relative[1, h, b, index[1, b, h, pair]]
+    assert torch.equal(bias, expected) and bias.is_contiguous()
     assert [t.untyped_storage().data_ptr() for t in saved] == [index.untyped_storage().data_ptr()]
     assert torch.autograd.gradcheck(lambda r: RelativeBias.apply(r, index), (relative,))
+    assert torch.autograd.gradgradcheck(lambda r: RelativeBias.apply(r, index), (relative,))
 
 
 def test_flex_kernel_options_fit_the_device(monkeypatch):

@@ -11,7 +11,6 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.function import once_differentiable
 from transformers import (
     AutoModel,
     AutoModelForMaskedLM,
@@ -213,25 +212,32 @@ def packed_sequence_mask(position_ids: torch.Tensor, attention_mask: torch.Tenso
 
 
 class RelativeBias(torch.autograd.Function):
-    """The disentangled relative bias of every pair (i, j), content-to-position plus position-to-content:
+    """The disentangled relative bias of every pair (i, j), content-to-position plus position-to-content, B x H x T^2:
 
-        bias[hb, iT + j] = relative[0, hb, index[0, hb, iT + j]] + relative[1, hb, index[1, hb, iT + j]]
+        bias[b, h, iT + j] = relative[0, h, b, index[0, b, h, iT + j]] + relative[1, h, b, index[1, b, h, iT + j]]
 
-    for the relative scores (2 x HB x T(2P-1)) and their flat indices (2 x HB x T^2, `ElcBertModel.position_buckets`):
-    one gather and a sum. Its backward is the gather's, a scatter-add of the bias's gradient into both halves, but keeps
-    the index alone: autograd's gather keeps its whole input (2 x B x H x T x (2P-1) per block)."""
+    for the relative scores (2 x H x B x T(2P-1)) and their flat indices (2 x B x H x T^2,
+    `ElcBertModel.position_buckets`): one gather and a sum, written batch-major as attention takes it. Its backward is
+    the gather's, a scatter-add of the bias's gradient into both halves, but keeps the index alone: autograd's gather
+    keeps its whole input (2 x B x H x T x (2P-1) per block). Differentiable twice (the backward is linear)."""
 
     @staticmethod
-    def forward(ctx, relative: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    def forward(relative: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        return relative.permute(0, 2, 1, 3).gather(3, index).sum(0)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        relative, index = inputs
         ctx.save_for_backward(index)
         ctx.shape = relative.shape
-        return relative.gather(2, index).sum(0)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, grad: torch.Tensor):
         (index,) = ctx.saved_tensors
-        return grad.new_zeros(ctx.shape).scatter_add_(2, index, grad.expand(index.shape)), None
+        # Scattered head-major, the scores' own layout (index and gradient read through transposed views), so that
+        # nothing is copied on the way back to the matrix product that made them
+        index, grad = index.permute(0, 2, 1, 3), grad.expand(index.shape).permute(0, 2, 1, 3)
+        return grad.new_zeros(ctx.shape).scatter_add_(3, index, grad), None
 
 
 class ElcBertAttention(nn.Module):
@@ -261,7 +267,7 @@ class ElcBertAttention(nn.Module):
         self.dropout = nn.Dropout(config.attention_probs_dropout_prob)
 
     def forward(self, hidden_states, relative_embedding, position_buckets, attention_mask=None, **kwargs):
-        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: 2 x HB x T^2, where the two
+        """hidden_states: B x T x D; relative_embedding: (2P-1) x D; position_buckets: 2 x B x H x T^2, where the two
         positional terms of each pair lie in the T x (2P-1) relative scores of each head and input
         (`ElcBertModel.position_buckets`); attention_mask: the mask of `ElcBertModel.block_inputs` (a B x 1 x T x T
         or B x 1 x 1 x T tensor, a FlexAttention BlockMask, or None).
@@ -289,9 +295,9 @@ class ElcBertAttention(nn.Module):
         position = position.reshape(2 * heads, head_dim, buckets)
         # Both terms in one matrix product of views (nothing copied; autograd keeps a view of the projection, which
         # it keeps for the attention anyway): [query . key_position, key . query_position], 2H x BT x (2P-1), read as
-        # 2 x HB x T(2P-1).
+        # 2 x H x B x T(2P-1).
         content = qk.permute(2, 3, 0, 1, 4).reshape(2 * heads, batch * length, head_dim)
-        relative = torch.bmm(content, position).view(2, heads * batch, length * buckets)
+        relative = torch.bmm(content, position).view(2, heads, batch, length * buckets)
         if self.config._attn_implementation == "flex_attention":
             context = relative_flex_attention(
                 self,
@@ -300,14 +306,14 @@ class ElcBertAttention(nn.Module):
                 value,
                 attention_mask,
                 self.scaling,
-                *relative.view(2, heads, batch, length * buckets).unbind(0),
-                position_buckets[:, 0],
+                *relative.unbind(0),
+                position_buckets[:, 0, 0],
                 kernel_options,
             )
             context = context.reshape(batch, length, width)
             return self.dropout(self.post_layer_norm(self.out_proj(context))), None
         # [i, j] <- row i at delta(i, j) (content-to-position) plus row j at delta(i, j) (position-to-content)
-        bias = RelativeBias.apply(relative, position_buckets).view(heads, batch, length, length).transpose(0, 1)
+        bias = RelativeBias.apply(relative, position_buckets).view(batch, heads, length, length)
 
         attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -341,13 +347,16 @@ class ElcBertFeedForward(nn.Module):
         self.up_proj.init_scale = self.down_proj.init_scale = math.sqrt(1.0 / (2.0 * (layer_idx + 1)))
 
     def forward(self, hidden_states):
+        """Eager, the GELU, the product and the inner LN are `GatedNorm` (which keeps fewer activations; the inner LN
+        module's own forward, and so its hooks, do not run); compiled, the same written out, for Inductor's
+        partitioner to choose what to keep and what to recompute."""
         up = self.up_proj(self.pre_layer_norm(hidden_states))
-        if torch.compiler.is_compiling() or self.inner_layer_norm.elementwise_affine:
-            # Compiled, Inductor's partitioner chooses what to keep and what to recompute
-            value, gate = up.chunk(2, dim=-1)
-            gated = self.inner_layer_norm(value * F.gelu(gate, approximate="tanh"))
+        norm = self.inner_layer_norm
+        if type(norm) is nn.LayerNorm and not norm.elementwise_affine and not torch.compiler.is_compiling():
+            gated = GatedNorm.apply(up, norm.eps)
         else:
-            gated = GatedNorm.apply(up, self.inner_layer_norm.eps)
+            value, gate = up.chunk(2, dim=-1)
+            gated = norm(value * F.gelu(gate, approximate="tanh"))
         return self.dropout(self.down_proj(gated))
 
 
@@ -356,27 +365,30 @@ class GatedNorm(torch.autograd.Function):
     GeGLU's inner product, normalised. Autograd would keep the GELU's output, the product and the LN's output (3 x I
     per token, beside the up-projection, which the GELU's backward keeps); this keeps the up-projection alone and
     recomputes the GELU, the product and the LN's statistics in the backward pass (elementwise work) with the same
-    operators in the same dtypes (under autocast, the LN's, which autocast may raise)."""
+    operators in the same dtypes (under autocast, the LN's, which autocast may raise). Differentiable twice."""
 
     @staticmethod
-    def forward(ctx, up: torch.Tensor, eps: float) -> torch.Tensor:
+    def forward(up: torch.Tensor, eps: float) -> torch.Tensor:
         value, gate = up.chunk(2, dim=-1)
-        normed = F.layer_norm(value * F.gelu(gate, approximate="tanh"), value.shape[-1:], eps=eps)
-        ctx.save_for_backward(value, gate)
-        ctx.eps, ctx.norm_dtype = eps, normed.dtype
-        return normed
+        return F.layer_norm(value * F.gelu(gate, approximate="tanh"), value.shape[-1:], eps=eps)
 
     @staticmethod
-    @once_differentiable
+    def setup_context(ctx, inputs, output):
+        up, eps = inputs
+        ctx.save_for_backward(up)
+        ctx.eps, ctx.norm_dtype = eps, output.dtype
+
+    @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        value, gate = ctx.saved_tensors
+        (up,) = ctx.saved_tensors
+        value, gate = up.chunk(2, dim=-1)
         activated = F.gelu(gate, approximate="tanh")
         product = (value * activated).to(ctx.norm_dtype)
         width = list(value.shape[-1:])
         _, mean, rstd = torch.ops.aten.native_layer_norm(product, width, None, None, ctx.eps)
         grad_product = torch.ops.aten.native_layer_norm_backward(
             grad, product, width, mean, rstd, None, None, [True, False, False]
-        )[0].to(value.dtype)
+        )[0].to(up.dtype)
         grad_gate = torch.ops.aten.gelu_backward(grad_product * value, gate, approximate="tanh")
         return torch.cat((grad_product * activated, grad_gate), dim=-1), None
 
@@ -422,10 +434,13 @@ class WeightedSum(torch.autograd.Function):
     the blocks' outputs are anyway). Runs in the states' dtype, outside autocast."""
 
     @staticmethod
-    def forward(ctx, weights: torch.Tensor, *states: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(weights, *states)
+    def forward(weights: torch.Tensor, *states: torch.Tensor) -> torch.Tensor:
         with torch.autocast(states[0].device.type, enabled=False):
             return torch.mv(torch.stack(states).flatten(1).T, weights).view(states[0].shape)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -655,14 +670,15 @@ class ElcBertModel(ElcBertPreTrainedModel):
         """Where the two positional terms of the pair (i, j) of B inputs of T tokens (longer than M: computed for that
         length) lie in a block's T x (2P-1) relative scores of each head and input (`ElcBertAttention`), as flat
         indices: [0, ., iT + j] = i (2P-1) + delta(i, j) (content-to-position) and [1, ., iT + j] = j (2P-1) +
-        delta(i, j) (position-to-content); 2 x T^2, expanded (a view) to the 2 x HB x T^2 that `RelativeBias` takes."""
+        delta(i, j) (position-to-content); 2 x T^2, expanded (a view) to the 2 x B x H x T^2 that `RelativeBias`
+        takes."""
         if length <= self.position_bucket_table.shape[0]:
             table = self.position_bucket_table[:length, :length]
         else:
             table = self._bucket_table(length, device)
         rows = torch.arange(length, device=table.device) * (2 * self.config.position_bucket_size - 1)
-        index = torch.stack((table + rows[:, None], table + rows[None, :])).view(2, 1, length * length)
-        return index.expand(2, batch_size * self.config.num_attention_heads, length * length)
+        index = torch.stack((table + rows[:, None], table + rows[None, :])).view(2, 1, 1, length * length)
+        return index.expand(2, batch_size, self.config.num_attention_heads, length * length)
 
     def embed(self, input_ids=None, inputs_embeds=None) -> torch.Tensor:
         """y_0 of the ids (or of `inputs_embeds`). Ids outside the vocabulary raise an InputError naming one on the
