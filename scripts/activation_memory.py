@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_model import build, import_baseline, saved_activation_mib  # noqa: E402
+from bench_model import build, import_baseline, make_batch, saved_activation_mib  # noqa: E402
 
 from elc_bert import ElcBertConfig  # noqa: E402
 
@@ -75,9 +75,7 @@ def main():
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     vocab_size = ElcBertConfig.from_preset("strict-small").vocab_size
-    input_ids = torch.randint(7, vocab_size, (args.batch, args.length))
-    labels = torch.where(torch.rand(input_ids.shape) < 0.15, input_ids, -100)
-    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    batch = make_batch(args.batch, args.length, vocab_size, "cpu")
 
     names = ["bert", "ltg-bert", "elc-bert"]
     baseline = import_baseline(args.baseline_src) if args.baseline_src else None

@@ -38,6 +38,14 @@ from transformers import BertConfig, BertForMaskedLM
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM
 
 
+def make_batch(batch_size: int, length: int, vocab_size: int, device) -> dict:
+    """A batch of random ids, 15% of them labelled for MLM, on `device`."""
+    input_ids = torch.randint(7, vocab_size, (batch_size, length))
+    labels = torch.where(torch.rand(input_ids.shape) < 0.15, input_ids, -100)
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    return {key: value.to(device) for key, value in batch.items()}
+
+
 def saved_activation_mib(model, batch) -> float:
     """MiB of the distinct tensors autograd keeps for the backward pass (parameters excluded): the activation
     memory of a training step, measured the same way on every device."""
@@ -149,12 +157,7 @@ def main():
         )
     vocab_size = ElcBertConfig.from_preset("strict-small").vocab_size
 
-    batches = []
-    for _ in range(args.steps):
-        input_ids = torch.randint(7, vocab_size, (args.batch, args.length))
-        labels = torch.where(torch.rand(input_ids.shape) < 0.15, input_ids, -100)
-        batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
-        batches.append({key: value.to(device) for key, value in batch.items()})
+    batches = [make_batch(args.batch, args.length, vocab_size, device) for _ in range(args.steps)]
 
     names = ["bert", "ltg-bert", "elc-bert"] + ([] if args.no_compile else ["ltg-bert compiled", "elc-bert compiled"])
     baseline = import_baseline(args.baseline_src) if args.baseline_src else None

@@ -17,7 +17,7 @@ import contextlib
 from collections import Counter
 
 import torch
-from bench_model import build
+from bench_model import build, make_batch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from elc_bert import ElcBertConfig
@@ -70,13 +70,6 @@ def kernel_table(model, optimizer, batch, bf16: bool, rows: int = 20) -> str:
         training_step(model, optimizer, batch, bf16)
         torch.cuda.synchronize()
     return prof.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
-
-
-def make_batch(batch_size: int, length: int, vocab_size: int, device) -> dict:
-    input_ids = torch.randint(7, vocab_size, (batch_size, length))
-    labels = torch.where(torch.rand(input_ids.shape) < 0.15, input_ids, -100)
-    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
-    return {key: value.to(device) for key, value in batch.items()}
 
 
 def main():

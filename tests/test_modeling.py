@@ -850,13 +850,21 @@ def test_a_cuda_training_step_synchronises_nowhere_in_the_package(arch, packed):
 
 
 # ================================================================================ operators of a training step
+def _script(name: str):
+    """A module of scripts/ (the benchmarks whose counts the tests below hold), imported by name."""
+    import importlib
+    import sys
+
+    folder = str(Path(__file__).parents[1] / "scripts")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
+
+
 def _operators_of_a_training_step(layer_combination: str) -> int:
     """The aten operators that the forward and backward of one MLM training step of a 12-layer model (strict-small's
     depth and heads, narrow) dispatch, counted as `scripts/profile_step.py` counts them."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from profile_step import count_operators
+    count_operators = _script("profile_step").count_operators
 
     torch.manual_seed(0)
     config = ElcBertConfig(
@@ -886,10 +894,7 @@ def test_operators_per_training_step_do_not_grow_back(layer_combination, ceiling
 def _saved_activations(model, batch) -> int:
     """Bytes of the distinct tensors autograd keeps for the backward pass of one training step, parameters excluded
     (as `scripts/bench_model.py` counts them)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from bench_model import saved_activation_mib
+    saved_activation_mib = _script("bench_model").saved_activation_mib
 
     return round(saved_activation_mib(model, batch) * 2**20)
 
@@ -898,10 +903,7 @@ def _saved_activations(model, batch) -> int:
 def test_activation_memory_of_a_training_step_is_within_1_3x_berts(name):
     """At strict-small's dims, a training step keeps at most 1.3x the activations of `BertForMaskedLM` of like size
     (1.44x for ELC-BERT before the GeGLU's inner activations and the gather's input were no longer kept)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from bench_model import build
+    build = _script("bench_model").build
 
     torch.manual_seed(0)
     input_ids = torch.randint(7, 6144, (2, 128))
@@ -916,10 +918,7 @@ def test_activation_memory_script_counts_what_the_efficient_attention_keeps():
     """`scripts/activation_memory.py`'s stand-in for CUDA's memory-efficient attention is what our models call; it
     keeps one B x H x T x T tensor per block (the bias, which takes a gradient), and less in all than the CPU math
     path keeps."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
-    from activation_memory import efficient_attention_saves
+    efficient_attention_saves = _script("activation_memory").efficient_attention_saves
 
     torch.manual_seed(0)
     config = ElcBertConfig(**TINY, sparse_prediction=True, attn_implementation="sdpa")
@@ -953,11 +952,7 @@ def test_a_training_step_takes_torch_func_grad_and_a_second_derivative(layer_com
     (its gradients equal autograd's) and are differentiable twice (a gradient penalty on the input embeddings)."""
     torch.manual_seed(0)
     config = ElcBertConfig(**TINY, layer_combination=layer_combination, attn_implementation="sdpa")
-    model = ElcBertForMaskedLM(config).train()
-    model.config.hidden_dropout_prob = 0.0
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = 0.0
+    model = ElcBertForMaskedLM(config).train()  # TINY has no dropout: both runs see the same function
     input_ids = torch.randint(7, config.vocab_size, (2, 9))
     params = dict(model.named_parameters())
 
