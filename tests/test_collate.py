@@ -312,8 +312,10 @@ STATSMODELS_READING = [
 ]
 
 
-def test_the_reading_scores_are_the_pipelines_bit_for_bit(tree):
-    assert json.loads(run(tree).read_text())["fast_eval_results"]["reading"] == STATSMODELS_READING
+def test_the_reading_scores_are_the_pipelines_on_the_same_inputs(tree):
+    # to 1e-9 relative: BLAS's last bits differ across CPU makes (test_reading.py states the noise seen)
+    got = json.loads(run(tree).read_text())["fast_eval_results"]["reading"]
+    assert got == [pytest.approx(revision, rel=1e-9, abs=1e-12) for revision in STATSMODELS_READING]
 
 
 def test_the_fast_scores_of_our_own_predictions_are_eval_babylms(tree, tmp_path):

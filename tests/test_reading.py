@@ -220,19 +220,28 @@ STATSMODELS = {
 }  # fmt: skip
 
 
+# BLAS and libm differ in their last bits across CPU makes, so the floats held above are matched to a stated
+# tolerance: relative 1e-9 is far above that noise (1e-16 to 1e-13 relative seen; 2e-12 for a difference of two R2s
+# near each other) and far below any change of formula (a mean-centred TSS or another rounding order moves the sixth digit).
+HELD_REL, HELD_ABS = 1e-9, 1e-12
+
+
+def approx_held(held: dict) -> dict:
+    return pytest.approx({key: float.fromhex(value) for key, value in held.items()}, rel=HELD_REL, abs=HELD_ABS)
+
+
 @pytest.mark.parametrize("seed", sorted(STATSMODELS))
-def test_the_regression_is_statsmodels_bit_for_bit(seed, tmp_path):
+def test_the_regression_is_statsmodels_on_the_same_inputs(seed, tmp_path):
     """The records, the task's scores in percent (run.py: ((m - b) / (1 - b)) * 100, averaged) and a submission's
-    fractions (collate_preds.py) are statsmodels' floats, not merely close to them."""
+    fractions (collate_preds.py) are statsmodels' floats to 1e-9 relative (machine noise, not formula changes)."""
     path = write_reading_csv(tmp_path / "reading_data.csv", sentences=12)
     words, pred, prev_pred = made_up_surprisals(path, seed)
     ours, expected = reading.predictive_power(words, pred, prev_pred), STATSMODELS[seed]
     for (design, measure), fields in expected["records"].items():
         (record,) = [r for r in ours[design] if r["Predicted variable"] == measure]
-        assert {key: record[key].hex() for key in fields} == fields, (design, measure)
-    assert {key: value.hex() for key, value in ours["scores"].items()} == expected["scores"]
-    submission = reading.submission_scores(words, pred, prev_pred)
-    assert {key: value.hex() for key, value in submission.items()} == expected["submission"]
+        assert {key: record[key] for key in fields} == approx_held(fields), (design, measure)
+    assert ours["scores"] == approx_held(expected["scores"])
+    assert reading.submission_scores(words, pred, prev_pred) == approx_held(expected["submission"])
 
 
 @needs_shared

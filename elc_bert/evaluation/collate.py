@@ -42,9 +42,10 @@ the wug tests' Spearman's rho between "prob" and the human `ratio`; reading's ga
 regressions of the reading times on the word's frequency, length and context length (and the previous word's, for
 self-paced reading) when the surprisal is added, relative to what the baseline left unexplained: "rt" the mean over
 the four eye-tracking times, "spr" the self-paced reading time, as fractions (`reading.submission_scores`, whose
-regressions are the reading task's own and statsmodels' floats bit for bit on the same numbers; the pipeline's pinned
-pandas 2.2.3 reads 45 of the staged CSV's numbers one unit in the last place off Python's correct rounding, which
-moves the scores by under 1e-15). The fast data of a key is read from fast_eval/<folder> (blimp_fast,
+regressions are the reading task's own: statsmodels' floats to about 1e-12 relative on the same numbers, and the
+pipeline's own scores within float32 noise, since its surprisals come from its own forward passes; its pinned pandas
+2.2.3 also reads 45 of the staged CSV's numbers one unit in the last place off Python's correct rounding, which moves
+the scores by under 1e-15). The fast data of a key is read from fast_eval/<folder> (blimp_fast,
 supplement_fast, ewok_fast, entity_tracking_fast/regular.jsonl, wug_adj_nominalization, wug_past_tense,
 reading/reading_data.csv; .gz too), or, for the sets the fast evaluation shares with the full one (entity tracking's
 regular items, the wug tests, reading), from their full_eval/ folder beside it, as the data is staged.

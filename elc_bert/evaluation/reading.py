@@ -16,8 +16,10 @@ probability is the pipeline's:
     first of them.
 
 The regression, per measure, is ordinary least squares (the pipeline fits it with statsmodels' formula API; `ols`
-does statsmodels' arithmetic step by step, so it gives its floats bit for bit and the task needs nothing beyond the
-`eval` extra's scipy, for the p-values):
+does statsmodels' arithmetic step by step, so it gives its floats to about 1e-12 relative on the same inputs (the
+last bits follow the machine's BLAS; tested at 1e-9) and the task needs nothing beyond the `eval` extra's scipy, for
+the p-values). Beside the pipeline run on the same model, the surprisals agree within float32 noise (<= 1.3e-6 nats
+seen over the 1,726 words), not bit for bit:
 
     baseline:   measure ~ Subtlex_log10 + length + context_length + their pairwise products
     model:      baseline + pred
