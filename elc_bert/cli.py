@@ -185,7 +185,7 @@ def run_eval_babylm(args, out) -> None:
         if not sep or not folder:
             raise InputError(f"--task-dir must be TASK=DIR, got {entry!r}")
         task_dirs[task] = folder
-    out_dir = Path(args.out) if args.out else Path("outputs") / "eval-babylm" / Path(args.model.rstrip("/")).name
+    out_dir = Path(args.out) if args.out else Path("outputs") / "eval-babylm"  # the results root: <model>/ below
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     summary = evaluate_babylm(
         args.model,
@@ -202,7 +202,7 @@ def run_eval_babylm(args, out) -> None:
         **options,
     )
     print(summary_table(summary), file=out)
-    say_where(args.command, out_dir)
+    say_where(args.command, runs.pipeline_model_dir(out_dir, args.model))
 
 
 def run_collate(args, out) -> None:
@@ -220,6 +220,13 @@ def run_analyze(args, out) -> None:
     from .pretrained import load_model
 
     sentences = load_sentences(args.data, args.max_sentences)  # a bad data file is named before the model loads
+    flags = dict(lr=args.recovery_lr, optimizer=args.recovery_optimizer, train=args.recovery_train)
+    flags.update(reset=args.recovery_reset, tolerance_percent=args.recovery_tolerance, layers=args.recovery_layers)
+    flags = {key: value for key, value in flags.items() if value is not None}  # the others keep their defaults
+    if flags and args.recovery is None:
+        names = ", ".join(f"--recovery-{key.split('_')[0]}" for key in flags)
+        raise InputError(f"{names} given without --recovery K (the steps), which runs the recovery")
+    recovery = None if args.recovery is None else {"steps": args.recovery, "seed": args.seed, **flags}
     model, tokenizer, _ = load_model(args.model, allow_unloaded_weights=args.allow_unloaded_weights)
     strategies = STRATEGIES if args.strategies is None else args.strategies
     analyze(
@@ -231,8 +238,18 @@ def run_analyze(args, out) -> None:
         seed=args.seed,
         metric=args.metric,
         pppl_sentences=args.pppl_sentences,
+        manipulations=not args.no_manipulations,
+        recovery=recovery,
     )
     print((Path(args.out) / REPORT_MD).read_text(), file=out)
+
+
+def run_prune(args, out) -> None:
+    """`elc-bert prune MODEL --drop L ... --out DIR`: the folder written."""
+    from .analysis.pruning import prune_saved
+
+    options = dict(drop=args.drop, keep=args.keep, overwrite=args.overwrite)
+    print(prune_saved(args.model, args.out, allow_unloaded_weights=args.allow_unloaded_weights, **options), file=out)
 
 
 def run_export(args, out) -> None:
@@ -255,6 +272,20 @@ def run_push(args, out) -> None:
         print(push(args.folder, args.repo_id, private=args.private), file=out)
 
 
+def run_local_hub(args, out) -> None:
+    """`elc-bert local-hub`: serves until Ctrl-C, after printing the variables that point the Hub clients at it."""
+    from .hub.local_hub import make_server
+
+    server, _, endpoint = make_server(args.token, args.port)
+    print(f"A local Hub at {endpoint}; in another shell, before elc-bert commands:", file=out)
+    print(f"  export HF_ENDPOINT={endpoint} HF_TOKEN={args.token}", file=out)
+    print("Ctrl-C stops it (and forgets what was pushed).", file=out, flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+
+
 def run_convert(args, out) -> None:
     """`elc-bert convert SOURCE OUT_DIR`: the folder written."""
     from .hub.convert import convert
@@ -274,9 +305,11 @@ RUNNERS = {
     "eval-babylm": run_eval_babylm,
     "collate": run_collate,
     "analyze": run_analyze,
+    "prune": run_prune,
     "export": run_export,
     "push": run_push,
     "convert": run_convert,
+    "local-hub": run_local_hub,
 }
 
 

@@ -38,9 +38,10 @@ def statistics(collator, samples, batches) -> dict:
     for step, batch in enumerate(batches):
         collated = collator([samples[i] for i in batch], draw=step)
         chosen = collated["labels"] != -100
+        # [CLS] and [SEP] are special tokens, never masked: `real` leaves them out already (no `- len(batch)`)
         real = collated["attention_mask"].bool() & (collated["input_ids"] >= collator.num_special_tokens)
         masked += int(chosen.sum())
-        maskable += int(real.sum()) - len(batch)  # the last real token ([SEP]) is never masked
+        maskable += int(real.sum())
         empty += int((chosen.sum(1) == 0).sum())
         count += len(batch)
     return {"mask_rate": masked / maskable, "no_mask": empty / count}

@@ -391,16 +391,13 @@ MILESTONES = {"chck_1M": "words-1M", "chck_2M": "words-2M", "chck_3M": "words-3M
 
 
 def milestone_run(root: Path, seed: int) -> Path:
-    """ROOT/run: `elc-bert pretrain tiny ... checkpoint_words=strict-small` for six steps, keeping words-1M, words-2M
-    and words-3M (`MILESTONES`): the words each step shows are scaled by 10^4 (a step of 8 samples of 32 tokens shows
-    ~60 words of the sample), so that six steps pass 1M, 2M and 3M. What the command prints is not kept."""
-    import pytest
-
+    """ROOT/run: `elc-bert pretrain tiny ... checkpoint_words=strict-small checkpoint_words_scale=1e-4` for six steps,
+    keeping words-1M, words-2M and words-3M (`MILESTONES`): the dry-run scale keeps words-1M after 100 words, and a
+    step of 8 samples of 32 tokens shows ~60 words of the sample, so six steps pass 100, 200 and 300. What the command
+    prints is not kept."""
     from elc_bert import runs
     from elc_bert.cli import main as cli_main
-    from elc_bert.data import pretraining_batches
 
-    real = pretraining_batches.sample_words
     overrides = [
         f"output_dir={root / 'run'}",
         f"data_dir={WIKITEXT_SAMPLE.parent}",
@@ -413,13 +410,13 @@ def milestone_run(root: Path, seed: int) -> Path:
         "batch_size=8",
         f"seed={seed}",
         "checkpoint_words=strict-small",
+        "checkpoint_words_scale=1e-4",
         "training.save_steps=100",
         "training.logging_steps=1",
         "training.dataloader_num_workers=0",
         "training.disable_tqdm=true",
     ]
-    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()):
-        patch.setattr(pretraining_batches, "sample_words", lambda samples: real(samples) * 10_000)
+    with contextlib.redirect_stdout(io.StringIO()):
         cli_main(["pretrain", "tiny", *overrides])
     run = root / "run"
     assert sorted(path.name for path in run.glob(runs.WORDS_CHECKPOINT + "*")) == sorted(MILESTONES.values())

@@ -293,7 +293,7 @@ def test_all_checkpoints_run_writes_official_layout_and_resumes_after_a_kill(run
     written = json.loads((predictions / "predictions.json").read_text())
     assert [p["id"] for p in written["toy_agreement"]["predictions"]] == [f"toy_agreement_{k}" for k in range(3)]
     assert "### AVERAGE ACCURACY" in (predictions / "best_temperature_report.txt").read_text()
-    assert (tmp_path / "whole" / "curves" / "blimp.png").is_file()
+    assert (tmp_path / "whole" / "run" / "curves" / "blimp.png").is_file()
 
     calls = []
     real = babylm.score_items
@@ -312,7 +312,9 @@ def test_all_checkpoints_run_writes_official_layout_and_resumes_after_a_kill(run
     resumed = evaluate_babylm(run_dir, data, tmp_path / "killed", tasks, all_checkpoints=True, progress=False)
     assert len(calls) == 9 - 4  # the four finished tasks were kept
     assert resumed["rows"] == whole["rows"]
-    assert (tmp_path / "killed" / "summary.md").read_text() == (tmp_path / "whole" / "summary.md").read_text()
+    assert (tmp_path / "killed" / "run" / "summary.md").read_text() == (
+        tmp_path / "whole" / "run" / "summary.md"
+    ).read_text()
     # other settings are scored again, not read back
     calls.clear()
     evaluate_babylm(run_dir, data, tmp_path / "killed", ["blimp"], pll="within_word_l2r", progress=False)
@@ -378,6 +380,102 @@ def test_a_revision_the_repository_lacks_is_named_with_those_it_has(run_dir, tmp
         assert "test-user/revs has no revision chck_2M (its BabyLM revisions: chck_1M, main)" in capsys.readouterr().err
         with pytest.raises(InputError, match="test-user/nothing: no such Hub model repository"):
             evaluate_babylm("test-user/nothing", data, tmp_path / "out", ["blimp"], all_revisions=True)
+
+
+def test_the_summary_gives_each_hub_revisions_step_and_words_from_its_record(run_dir, tmp_path, monkeypatch):
+    """`push --revisions` records each revision's words seen and step (`REVISION_RECORD`); --all-revisions fills the
+    summary's step and words columns from it (main, which records neither, leaves them empty)."""
+    from elc_bert.runs.layout import REVISION_RECORD
+
+    data = made_up_data(tmp_path / "data")
+    files = {name: (run_dir / "checkpoint-2" / name).read_bytes() for name in MODEL_FILES}
+    with local_hub(monkeypatch, tmp_path / "hf-cache") as state:
+        for branch, words, step in (("chck_1M", 1_000_000, 2), ("chck_2M", 2_000_000, 4)):
+            record = {"run": "r", "revision": branch, "words": words + 17, "milestone": words, "step": step}
+            put_branch(state, "test-user/revs", branch, {**files, REVISION_RECORD: json.dumps(record).encode()})
+        put_branch(state, "test-user/revs", "main", files)
+        summary = evaluate_babylm("test-user/revs", data, tmp_path / "out", ["blimp"], all_revisions=True,
+                                  progress=False)  # fmt: skip
+    rows = summary["rows"]
+    assert [(rows[r]["step"], rows[r].get("words")) for r in rows] == [(2, 1_000_017), (4, 2_000_017), (None, None)]
+    table = (tmp_path / "out" / "revs" / "summary.md").read_text()
+    assert "| chck_1M | 2 | 1,000,017 |" in table and "| chck_2M | 4 | 2,000,017 |" in table
+    assert "| main |  |  |" in table
+
+
+def test_an_empty_main_is_skipped_by_name_before_any_revision_is_scored(run_dir, tmp_path, monkeypatch, caplog):
+    """A repository whose main is empty (a new one, the final model not pushed yet): --all-revisions checks every
+    revision for a model before scoring any, scores the others and says main was skipped; --revision main is
+    refused naming it."""
+    data = made_up_data(tmp_path / "data")
+    files = {name: (run_dir / "checkpoint-2" / name).read_bytes() for name in MODEL_FILES}
+    with local_hub(monkeypatch, tmp_path / "hf-cache") as state:
+        put_branch(state, "test-user/revs", "chck_1M", files)
+        put_branch(state, "test-user/revs", "main", {"README.md": b"# soon"})
+        with caplog.at_level("WARNING", logger="elc_bert"):
+            summary = evaluate_babylm("test-user/revs", data, tmp_path / "out", ["blimp"], all_revisions=True,
+                                      progress=False)  # fmt: skip
+        assert list(summary["rows"]) == ["chck_1M"] and "blimp" in summary["rows"]["chck_1M"]
+        assert "test-user/revs: revision(s) main hold no model" in caplog.text
+        monkeypatch.setattr(babylm, "score_items", lambda *a, **k: pytest.fail("a task was scored"))
+        with pytest.raises(InputError, match="test-user/revs: revision main holds no model"):
+            evaluate_babylm("test-user/revs", data, tmp_path / "one", ["blimp"], revision="main", progress=False)
+
+
+def test_the_summary_of_what_was_scored_is_written_when_a_later_revision_fails(run_dir, tmp_path, monkeypatch):
+    data = made_up_data(tmp_path / "data")
+    real, calls = babylm.score_items, []
+
+    def failing_at_the_second_revision(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the second revision's weights did not load")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(babylm, "score_items", failing_at_the_second_revision)
+    with pytest.raises(OSError, match="did not load"):
+        evaluate_babylm(run_dir, data, tmp_path / "out", ["blimp"], all_checkpoints=True, progress=False)
+    summary = json.loads((tmp_path / "out" / "run" / "summary.json").read_text())
+    assert list(summary["rows"]) == ["checkpoint-2", "checkpoint-4"]
+    assert "blimp" in summary["rows"]["checkpoint-2"] and "blimp" not in summary["rows"]["checkpoint-4"]
+
+
+def test_out_is_the_results_root_and_the_model_folder_goes_below_it(run_dir, tmp_path, monkeypatch, capsys):
+    """`--out results` (the pipeline's results/) writes everything into results/<model name>/ (here `run`), nothing
+    beside it that the pipeline's layout would read as a model (no results/results/); a model's folder given as
+    --out is refused, naming the root to give."""
+    from elc_bert.cli import main
+    from elc_bert.runs.layout import PIPELINE_MODEL_RECORD
+
+    data = made_up_data(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "blimp", "--out", "results"])
+    assert [path.name for path in Path("results").iterdir()] == ["run"]
+    model = Path("results", "run")
+    assert sorted(path.name for path in model.iterdir()) == [PIPELINE_MODEL_RECORD, "main", "summary.json",
+                                                             "summary.md"]  # fmt: skip
+    assert sorted(path.name for path in (model / "main").iterdir()) == ["eval-babylm", "zero_shot"]
+    assert json.loads((model / "main" / "eval-babylm" / "blimp.json").read_text())["task"] == "blimp"
+    assert str(model) in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "blimp", "--out", str(model)])
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and "--out is the results root" in error and "give --out results" in error
+
+
+def test_another_model_of_the_same_name_is_refused_before_it_is_scored(tokenizer, mlm, tmp_path, monkeypatch):
+    """Two models named alike (org-a/tiny, org-b/tiny) into one results root would share RESULTS/tiny/ and the
+    collation would build one submission of both: the folder records its model, another is refused naming both."""
+    data = made_up_data(tmp_path / "data")
+    monkeypatch.setattr("elc_bert.pretrained.load_model", lambda *a, **k: (mlm, tokenizer, "masked"))
+    evaluate_babylm("org-a/tiny", data, tmp_path / "results", ["blimp"], progress=False)
+    evaluate_babylm("org-a/tiny", data, tmp_path / "results", ["blimp"], progress=False)  # the same model: fine
+    monkeypatch.setattr(babylm, "score_items", lambda *a, **k: pytest.fail("a task was scored"))
+    with pytest.raises(InputError, match=r"results/tiny holds the results of model org-a/tiny .*; org-b/tiny has"):
+        evaluate_babylm("org-b/tiny", data, tmp_path / "results", ["blimp"], progress=False)
+    (tmp_path / "results" / "tiny" / "elc_bert_model.json").write_text('{"model": ')  # damaged: named, exit 2
+    with pytest.raises(InputError, match=r"elc_bert_model\.json: not the JSON eval-babylm wrote there"):
+        evaluate_babylm("org-a/tiny", data, tmp_path / "results", ["blimp"], progress=False)
 
 
 @pytest.mark.parametrize(
@@ -458,7 +556,7 @@ def test_the_command(run_dir, tmp_path, capsys):
     main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "blimp", "wug_past", "--out", str(out)])
     printed = capsys.readouterr()
     assert "| main |" in printed.out and "BLiMP" in printed.out and "Wug Past (rho)" in printed.out
-    assert str(out) in printed.err  # where the results went: stderr, the table alone on stdout
+    assert str(out / "run") in printed.err  # where the results went: stderr, the table alone on stdout
     # BLiMP's number: the mean over its sets (UIDs) of the % of pairs whose prediction is the good sentence
     official = out / "run" / "main" / "zero_shot" / "mlm" / "blimp" / "blimp_filtered"
     predicted = json.loads((official / "predictions.json").read_text())
@@ -470,7 +568,7 @@ def test_the_command(run_dir, tmp_path, capsys):
         for uid, sentences in goods.items()
     }
     expected = sum(100 * sum(marks) / len(marks) for marks in right.values()) / len(right)
-    assert json.loads((out / "summary.json").read_text())["rows"]["main"]["blimp"] == pytest.approx(expected)
+    assert json.loads((out / "run" / "summary.json").read_text())["rows"]["main"]["blimp"] == pytest.approx(expected)
     with pytest.raises(SystemExit) as exit_:
         main(["eval-babylm", str(run_dir), "--data", str(data), "--tasks", "glue", "--out", str(out)])
     assert exit_.value.code == 2 and "unknown task 'glue'" in capsys.readouterr().err

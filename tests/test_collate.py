@@ -414,6 +414,21 @@ WRONG = [  # (a predictions file, a change to it, the words the refusal names it
      lambda v: v["wug_past"]["predictions"][2].pop("prob"), 'UID wug_past, prediction 2 has no "prob"'),
     ("chck_2M/zero_shot/mlm/reading/predictions.json", lambda v: v.update(other=v.pop("reading")),
      'no UID "reading"'),
+    # spearmanr would rank "0.3" as text, statsmodels fit "4.2" as a category, an infinite surprisal give NaN scores
+    ("chck_2M/zero_shot/mlm/wug_past/wug_past_tense/predictions.json",
+     lambda v: v["wug_past"]["predictions"][1].update(prob="0.3"),
+     """UID wug_past, prediction 1 (id 'wug_past_1') has "prob" '0.3', not a number"""),
+    ("chck_1M/zero_shot/mlm/wug_adj/wug_adj_nominalization/predictions.json",
+     lambda v: v["wug_adj"]["predictions"][0].update(prob=math.nan), 'prediction 0 (id \'wug_adj_0\') has "prob" nan'),
+    ("chck_1M/zero_shot/mlm/reading/predictions.json", lambda v: v["reading"]["predictions"][2].update(pred="4.2"),
+     """UID reading, prediction 2 (id 2) has "pred" '4.2', not a number"""),
+    ("chck_2M/zero_shot/mlm/reading/predictions.json",
+     lambda v: v["reading"]["predictions"][3].update(prev_pred=math.inf), 'prediction 3 (id 3) has "prev_pred" inf'),
+    ("chck_1M/zero_shot/mlm/reading/predictions.json",
+     lambda v: [entry.update(pred=None) for entry in v["reading"]["predictions"]],
+     "reading/predictions.json: too few rows for the reading regressions: RTfirstfix, RTfirstpass, RTgopast, "
+     "RTrightbound (predictive_power): 0 rows left after dropping missing values, 8 parameters to fit; "
+     "self_paced_reading_time (spillover): 0 rows left after dropping missing values, 17 parameters to fit"),
 ]  # fmt: skip
 
 
@@ -424,6 +439,28 @@ def test_a_wrong_item_count_or_shape_is_named(tree, file, change, named):
     with pytest.raises(InputError) as error:
         run(tree)
     assert named in str(error.value) and file.split("/")[0] in str(error.value)
+    assert not (results / MODEL / "all_full_preds_and_fast_scores_mlm.json").exists()
+
+
+def test_bad_reading_data_is_named_with_the_other_problems(tree):
+    # an infinite reading time, and too few rows for the submission's fits, in the one list, before anything is written
+    results, data = tree
+    path = data / "full_eval" / "reading" / "reading_data.csv.gz"
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines(keepends=True)
+    header = next(csv.reader(lines[:1]))
+    cells = next(csv.reader(lines[4:5]))
+    cells[header.index("RTgopast")] = "inf"
+    edited = io.StringIO()
+    csv.writer(edited).writerow(cells)
+    path.write_bytes(gzip.compress("".join([*lines[:4], edited.getvalue(), *lines[5:]]).encode()))
+    _edit(results / MODEL / "chck_1M/zero_shot/mlm/ewok/ewok_fast/predictions.json",
+          lambda v: v["agent-properties"]["predictions"].pop())  # fmt: skip
+    with pytest.raises(InputError, match=r"2 problem\(s\): .*UID agent-properties has 1 .*reading_data\.csv\.gz:5: "
+                       r"column 'RTgopast' must be a finite number .*got 'inf'$"):  # fmt: skip
+        run(tree)
+    path.write_bytes(gzip.compress("".join(lines[:10]).encode()))  # 9 rows: the spillover fit has 17 parameters
+    with pytest.raises(InputError, match=r"csv\.gz: too few rows .*self_paced_reading_time \(spillover\): [0-9] rows"):
+        run(tree)
     assert not (results / MODEL / "all_full_preds_and_fast_scores_mlm.json").exists()
 
 

@@ -240,6 +240,20 @@ def test_unreadable_files_name_file_and_line(tmp_path):
         list(read_jsonl(tmp_path / "rows.jsonl.gz"))
 
 
+def test_a_small_truncated_gz_in_a_streamed_dataset_is_named(tmp_path):
+    """A JSON Lines loader reads its first file as the stream is opened (to learn the columns): a small .gz cut short
+    fails there, before any sample is drawn, and is named as a large one (which fails while streaming) is."""
+    from elc_bert.models.errors import InputError
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    whole = gzip.compress("".join(json.dumps({"text": f"line {i} of text"}) + "\n" for i in range(3)).encode())
+    (folder / "train.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    tokenizer = train_tokenizer(["line of text"] * 10, 100, 1)
+    with pytest.raises(InputError, match=rf"{folder / 'train.jsonl.gz'}: cannot be read to its end \(truncated"):
+        streamed_samples(DatasetSource(str(folder)), tokenizer, 12, cache_dir=tmp_path / "cache")
+
+
 def test_byte_order_mark_is_dropped(tmp_path):
     (tmp_path / "bom.train").write_text("\ufeffFirst sentence.\nSecond one.\n", encoding="utf-8")
     assert read_lines(tmp_path / "bom.train") == ["First sentence.", "Second one."]

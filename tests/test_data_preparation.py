@@ -298,3 +298,180 @@ def test_pretraining_on_prepared_text(tmp_path):
     seen = json.loads((tmp_path / "run" / "words-200" / "words_seen.json").read_text())
     words = sum(len(line.split()) for line in read_lines(tmp_path / "switchboard.train"))
     assert 200 <= seen["words"] < 400 < words  # about 12 words of the text as released per sample of 32 tokens
+
+
+def _spaced_punctuation_by_list_edits(text: str) -> str:
+    """`_spaced_punctuation` as it was written first, editing a list of the characters in place from the end back
+    (quadratic in a long line): the reference for the linear one."""
+
+    def space_after(chars, i):
+        mark, following = chars[i], chars[i + 1]
+        opens = following in "‘([{"
+        if mark == "." and (following.isupper() or opens):
+            return True
+        if mark in "?!…’" and (following.isalnum() or opens):
+            return True
+        if mark == "." and i > 2 and chars[i - 1] == chars[i - 2] == "." and following != " ":
+            return True
+        if mark == "," and (following.isalpha() or opens):
+            return True
+        if mark in ";)]}%" and (following.isalnum() or opens):
+            return True
+        if mark == ":":
+            between_digits = following.isnumeric() and i > 0 and chars[i - 1].isnumeric()
+            return opens or (following.isalnum() and not between_digits)
+        return False
+
+    chars = list(" ".join(text.split()))
+    for i in range(len(chars) - 2, -1, -1):
+        following = chars[i + 1]
+        before = chars[i - 1] if i > 0 else ""
+        if space_after(chars, i):
+            chars.insert(i + 1, " ")
+        elif chars[i] in "([{" and following == " ":
+            del chars[i + 1]
+        elif chars[i] == " " and (
+            following in ".;:?!…,’)]}"
+            or (before and before in "$£€" and following.isnumeric())
+            or (before.isnumeric() and following == "%")
+        ):
+            del chars[i]
+    return "".join(chars)
+
+
+def _balanced_quotes_by_list_edits(text: str) -> str:
+    """`_balanced_quotes` as it was written first, inserting into and deleting from a list of the characters."""
+    count = text.count('"')
+    if count == 0 or count % 2 or '""' in text or '" "' in text:
+        return text
+    chars, i, opening, changes = list(text), 0, True, 0
+    while i < len(chars):
+        if chars[i] != '"':
+            i += 1
+            continue
+        if opening:
+            if i > 0 and chars[i - 1] != " ":
+                chars.insert(i, " ")
+                i += 1
+                changes += 1
+            if i + 1 < len(chars) and chars[i + 1] == " ":
+                del chars[i + 1]
+                changes += 1
+        else:
+            if i > 0 and chars[i - 1] == " ":
+                del chars[i - 1]
+                i -= 1
+                changes += 1
+            if i + 1 < len(chars) and chars[i + 1].isalnum():
+                chars.insert(i + 1, " ")
+                changes += 1
+        opening = not opening
+        i += 1
+    if changes > 2 and changes > count * 2 / 3:
+        return text
+    return "".join(chars)
+
+
+TRICKY = [
+    "",
+    ".",
+    "...x",  # an ellipsis at the very start: no space (the reference's rule looks 3 characters back)
+    "a...x...y....Z",
+    "( [ { x } ] )",
+    "(.X",
+    "$ 5 , £ 10 and € 3 . 50 % .",
+    "10 : 30 , a:b , 1:x",
+    "end.Next?Yes!no…and’s",
+    " . , ; : ? ! …",
+    'he said " hi "to " you ".',
+    '"a" "b"c "d"',
+    '"" "x"',
+    "x ( . ) [ , ] { ; }",
+]
+
+
+@pytest.mark.parametrize("text", TRICKY)
+def test_punctuation_and_quotes_as_the_list_editing_rules_give_them(text):
+    """The spacing and quote rules read a long line once (they were quadratic in its length: a 1 MB line of CBT took
+    seconds): their text is still the first version's, on tricky text and on random strings of the characters they
+    act on."""
+    assert _spaced_punctuation(text) == _spaced_punctuation_by_list_edits(text)
+    assert _balanced_quotes(text) == _balanced_quotes_by_list_edits(text)
+
+
+def test_punctuation_and_quotes_on_random_text_as_the_list_editing_rules_give_them():
+    import random
+
+    rng = random.Random(0)
+    characters = list('aZ9 .,;:?!…’)]}%([{$£€"\t') + ["..."]
+    for _ in range(3000):
+        text = "".join(rng.choice(characters) for _ in range(rng.randint(1, 16)))
+        assert _spaced_punctuation(text) == _spaced_punctuation_by_list_edits(text), text
+        assert _balanced_quotes(text) == _balanced_quotes_by_list_edits(text), text
+    quotes = list('"""  ab.A1')  # pairs of quotes that get tightened (the rule gives up on most other texts)
+    texts = ["".join(rng.choice(quotes) for _ in range(rng.randint(2, 12))) for _ in range(3000)]
+    assert sum(_balanced_quotes(text) != text for text in texts) > 100
+    for text in texts:
+        assert _balanced_quotes(text) == _balanced_quotes_by_list_edits(text), text
+
+
+def test_a_prepared_folder_is_not_prepared_again(tmp_path, caplog):
+    """`prepare_corpus: true` on a folder that prepare-corpus wrote reads it as it is, with a warning naming it
+    (prepared twice, its quotes were doubled and [PAR] marks landed inside sentences); raw files beside it are
+    still prepared, and the words are the text's as released either way."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "aochildes.train").write_text("do n't go .\nyes , it 's me ! who ?\n")
+    prepared = tmp_path / "prepared"
+    prepare_corpus([folder], prepared, progress=False)
+    as_is = document_dataset(prepared, cache_dir=tmp_path / "cache")
+    with caplog.at_level(logging.WARNING, logger="elc_bert"):
+        again = document_dataset(prepared, cache_dir=tmp_path / "cache", prepare=True)
+    assert again["sentences"] == as_is["sentences"] == [['"Don\'t go."[PAR]', "\"Yes, it's me!", 'who?"[PAR]']]
+    assert again["words"] == as_is["words"] == [12]
+    assert f"{prepared}: already prepared by prepare-corpus" in caplog.text
+    raw = tmp_path / "raw" / "aochildes.train"
+    raw.parent.mkdir()
+    raw.write_text("fine .\n")
+    both = document_dataset([prepared, raw], cache_dir=tmp_path / "cache", prepare=True)
+    assert both["sentences"][-1] == ['"Fine."[PAR]'] and both["words"] == [12, 2]
+
+
+def test_a_broken_link_in_an_input_folder_is_refused(tmp_path):
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "cbt.train").write_text("Fine .\n")
+    (folder / "switchboard.train.gz").symlink_to(tmp_path / "moved" / "switchboard.train.gz")
+    with pytest.raises(InputError, match=r"switchboard.train.gz: a broken symbolic link \(to .*moved"):
+        prepare_corpus([folder], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+    (folder / "switchboard.train.gz").unlink()
+    (folder / "train_100M").symlink_to(tmp_path / "elsewhere")  # a folder of corpus files, perhaps
+    with pytest.raises(InputError, match="train_100M: a broken symbolic link"):
+        prepare_corpus([folder], tmp_path / "out", progress=False)
+    with pytest.raises(InputError, match="a broken symbolic link"):
+        prepare_corpus([folder / "train_100M"], tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_output_folder_may_be_a_link(tmp_path):
+    """`--out LINK`: the corpus is written in the link's target (renaming onto the link failed and left the corpus
+    in LINK.partial); a file where the folder should be is refused before any work."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "cbt.train").write_text("It 's here .\n")
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "disk" / "prepared").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "disk" / "prepared")
+    prepare_corpus([folder], tmp_path / "link", progress=False)
+    assert (tmp_path / "link").is_symlink() and read_lines(tmp_path / "link" / "cbt.train") == ["It's here.[PAR]"]
+    assert sorted(path.name for path in tmp_path.iterdir() if path.suffix == ".partial") == []
+    assert sorted(path.name for path in (tmp_path / "disk").iterdir() if path.suffix == ".partial") == []
+    assert prepare_corpus([folder], tmp_path / "link", progress=False)[0].words == 4  # kept as it is
+    (tmp_path / "dangling").symlink_to(tmp_path / "disk" / "later")  # a link to a folder not made yet
+    prepare_corpus([folder], tmp_path / "dangling", progress=False)
+    assert (tmp_path / "dangling").is_symlink() and (tmp_path / "disk" / "later" / MANIFEST).is_file()
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(InputExistsError, match="file is a file, not a folder"):
+        prepare_corpus([folder], tmp_path / "file", progress=False)
+    assert (tmp_path / "file").read_text() == "mine" and not (tmp_path / "file.partial").exists()

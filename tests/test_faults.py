@@ -7,7 +7,9 @@ import torch
 from helpers import TINY, wikiann_ner_fields
 from safetensors.torch import load_file
 
-from elc_bert import ElcBertConfig, ElcBertForMaskedLM, pretrained
+from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError, pretrained, runs
+from elc_bert.cli import main as cli_main
+from elc_bert.data.sources import DatasetSource
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
 from elc_bert.hub.export import export
 from elc_bert.job_configs import load_config
@@ -170,6 +172,9 @@ def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
     empty = datasets.Dataset.from_dict({"input_ids": [[1, 2]]}).to_iterable_dataset().filter(lambda row: False)
     with pytest.raises(ValueError, match="yielded no sample in a whole pass"):
         next(iter(StreamedRows(empty, batch_size=2, parts=1, num_steps=3, max_length=8)))
+    source = DatasetSource("user/corpus", split="validation", text_column="content")
+    with pytest.raises(InputError, match=r"^user/corpus \(validation split, text column 'content'\): yielded no"):
+        next(iter(StreamedRows(empty, batch_size=2, parts=1, num_steps=3, max_length=8, sources=[source])))
     # One sentence of 3 M tokens (a 10 MB line): cut once into pieces (a quadratic cut takes minutes here).
     sentence = list(range(3_000_000))
     segments = packed_segments([[sentence, [7, 8]]], 126, "sentences")
@@ -178,6 +183,37 @@ def test_an_empty_stream_is_an_error_and_a_huge_sentence_packs_in_linear_time():
 
 
 @pytest.mark.slow
+def test_a_damaged_words_seen_record_is_named(tmp_path, capsys):
+    """words_seen.json cut short (or edited by hand): `push --revisions` exits 2 naming the file, before the Hub."""
+    folder = tmp_path / "run" / "words-1M"
+    folder.mkdir(parents=True)
+    (folder / runs.WORDS_SEEN).write_text('{"words": 1000123, "milest')
+    with pytest.raises(SystemExit) as exit_:
+        cli_main(["push", str(tmp_path / "run"), "--repo-id", "user/name", "--revisions"])
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{folder / runs.WORDS_SEEN}: not a readable words-seen record" in error
+    (folder / runs.WORDS_SEEN).write_text('{"words": 1000123}')
+    with pytest.raises(InputError, match=r"words_seen\.json: not a readable words-seen record \(no whole-number"):
+        runs.layout.words_checkpoints(tmp_path / "run")
+
+
+def test_random_states_that_the_trainer_would_not_load_are_named(tmp_path):
+    """A checkpoint's rng_state.pth holding a pickled object besides tensors (torch.load(weights_only=True) refuses
+    it, naming no file): resuming is refused naming the file, before any data is read."""
+    import fractions
+    import random
+
+    checkpoint = tmp_path / "checkpoint-3"
+    checkpoint.mkdir()
+    (checkpoint / runs.TRAINER_STATE).write_text("{}")
+    states = {"python": random.getstate(), "cpu": torch.random.get_rng_state()}
+    torch.save(states, checkpoint / "rng_state.pth")
+    assert runs.last_checkpoint(tmp_path) == str(checkpoint)
+    torch.save({**states, "note": fractions.Fraction(1, 3)}, checkpoint / "rng_state.pth")
+    with pytest.raises(InputError, match=rf"{checkpoint / 'rng_state.pth'}: holds pickled .*fractions\.Fraction"):
+        runs.last_checkpoint(tmp_path)
+
+
 def test_two_pretraining_runs_on_one_folder_the_second_is_refused(tmp_path):
     """A run in another process holds the folder: a second one started on it is refused naming the holder, before
     it writes anything; the first ends as if alone."""

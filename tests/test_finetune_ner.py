@@ -594,6 +594,35 @@ def test_the_cli_prints_the_results_table(tmp_path, capsys):
     assert "| 6 | 50.0 (one trial, no interval) | 50.0 | - |" in out
 
 
+def test_a_finished_run_leaves_no_starting_lock_but_a_held_one_stays(tmp_path):
+    """`.starting.lock` is held only while a process checks the config and claims its first trial: a run that ended
+    (here with every trial finished) leaves no lock file in its folder (issue 68). One that another process holds (a
+    run starting on the folder now) is left to it."""
+    from elc_bert import runs
+    from elc_bert.cli import main
+
+    config = _one_finished_trial(tmp_path, trials=1)
+    main(["finetune-ner", str(config)])
+    lock = tmp_path / "ner" / ".starting.lock"
+    assert (tmp_path / "ner" / "results.md").is_file() and not lock.exists()
+    holding = (
+        "import filelock, sys, time; held = filelock.FileLock(sys.argv[1]); held.acquire(); print('held', flush=True); "
+    )
+    holding += "time.sleep(60)"
+    other = subprocess.Popen([sys.executable, "-c", holding, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "held"
+        runs.remove_starting_lock(tmp_path / "ner")
+        assert lock.exists()
+    finally:
+        other.kill()
+        other.wait()
+    runs.remove_starting_lock(tmp_path / "ner")  # its holder is gone: the system released the lock
+    assert not lock.exists()
+    with runs.starting_trials(tmp_path / "ner"):  # and the next run starts as before
+        assert lock.exists()
+
+
 def test_lora_trials_keep_the_adapter_and_the_merged_best_model(tmp_path):
     """`lora: {r: 4}` over DWAtt on MiniLM (fine-tuning): the best epoch's adapter is kept in trial/adapter, merged
     into trial/model, which is what is scored: it reloads and gives the test F1 the trial reports; the merged backbone

@@ -586,6 +586,59 @@ def test_a_tiny_babylm_2025_run_writes_the_pipelines_predictions(tmp_path, tiny_
         assert lines == [f"{key}: {value}" for key, value in result["all_metrics"].items()]
 
 
+def test_drop_last_drops_training_rows_only_never_dev_or_test_rows(tmp_path, tiny_elc_folder):
+    """`training.dataloader_drop_last=true` (the pipeline's step count) drops the last partial batch of training
+    only: a dev set smaller than an eval batch (WSC's 52 rows < 64 in the preset; 6 < 7 here) and one that is no
+    multiple of it (RTE's 8) are scored whole every epoch, and their predictions cover every row."""
+    data = tmp_path / "data"
+    make_task_folder(data)
+    add_wsc(data)
+    training = {"use_cpu": True, "disable_tqdm": True, "dataloader_drop_last": True}
+    config = tiny_config(
+        tiny_elc_folder,
+        data,
+        tasks=["rte", "wsc"],
+        epochs=2,
+        batch_size=5,
+        eval_batch_size=7,
+        output_dir=str(tmp_path / "out"),
+        predictions_dir=str(tmp_path / "results"),
+        training=training,
+    )
+    finetune_glue(config)
+    for name, valid in (("rte", "rte.valid.jsonl.gz"), ("wsc", "wsc.valid.jsonl")):
+        result = json.loads((tmp_path / "out" / "glue" / name / "result.json").read_text())
+        gold = [row["label"] for row in read_task_file(data / valid, TASKS[name])]
+        assert result["num_eval"] == len(gold) and [epoch for epoch, _ in result["dev_curve"]] == [1.0, 2.0]
+        folder = tmp_path / "results" / tiny_elc_folder.name / "main" / "finetune" / name
+        predictions = json.loads((folder / "predictions.json").read_text())[name]["predictions"]
+        assert len(predictions) == len(gold)
+        assert task_metrics(TASKS[name], gold, [p["pred"] for p in predictions]) == result["all_metrics"]
+
+
+def test_predictions_of_another_model_of_the_same_name_are_refused_before_training(
+    tmp_path, tiny_elc_folder, monkeypatch
+):
+    """Two models whose folders share a name would mix in one results tree (the collation would build one
+    submission of both): the tree records its model, and another is refused naming both before any model loads."""
+    from elc_bert.models.errors import InputError
+    from elc_bert.runs.layout import PIPELINE_MODEL_RECORD
+    from elc_bert.training import finetune_glue as job
+
+    results = tmp_path / "results"
+    (results / tiny_elc_folder.name).mkdir(parents=True)
+    other = str(tmp_path / "elsewhere" / tiny_elc_folder.name)
+    (results / tiny_elc_folder.name / PIPELINE_MODEL_RECORD).write_text(json.dumps({"model": other}))
+    data = tmp_path / "data"
+    make_task_folder(data)
+    monkeypatch.setattr(job, "load_pretrained", lambda *args, **kwargs: pytest.fail("a model was loaded"))
+    config = tiny_config(
+        tiny_elc_folder, data, tasks=["rte"], output_dir=str(tmp_path / "out"), predictions_dir=str(results)
+    )
+    with pytest.raises(InputError, match=rf"holds the results of model {re.escape(other)} .*{tiny_elc_folder}"):
+        finetune_glue(config)
+
+
 def test_the_babylm_2025_recipe_trains_as_the_pipelines_loop(tmp_path):
     """The job's Trainer against the pipeline's loop written out: AdamW (betas 0.9 / 0.999, eps 1e-8), warm-up
     int(0.3 x 4) = 1 step (the Trainer's own rounding would give 2), cosine decay to 0.1 x the peak, no clipping, an

@@ -158,7 +158,7 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
         else:
             assert "datasets" not in metadata and result["dataset"]["type"] == "wikitext"
             assert f"on WikiText-2 from local files `{shown_path(local)}`" in text and "Salesforce" not in text
-        assert "pip install elc_bert`" not in text and "not on PyPI" in text and "`pip install -e .` in a clone" in text
+        assert "pip install elc_bert`" not in text and "not on PyPI" in text and "`pip install .` in a clone" in text
         assert install_instructions() in text and "<" not in install_instructions()
         assert 'pipeline("fill-mask", model="USER/NAME", trust_remote_code=True)' in text
     # A pretraining run may read a Hub dataset (a dict entry) besides local files.
@@ -315,7 +315,22 @@ def test_the_install_line_names_the_repository_of_the_package_metadata(monkeypat
     metadata = {"Project-URL": ["Repository, https://example.org/elc_bert"]}
     monkeypatch.setattr(model_card, "package_metadata", lambda name: type("M", (), {"get_all": metadata.get})())
     assert install_instructions() == (
-        '`pip install "elc_bert @ git+https://example.org/elc_bert"`, or `pip install -e .` in a clone'
+        '`pip install "elc_bert @ git+https://example.org/elc_bert"`, or `pip install .` in a clone'
     )
     metadata.clear()
-    assert install_instructions() == "`pip install -e .` in a clone of its repository"
+    assert install_instructions() == model_card.CLONE_INSTALL
+    assert (
+        "`pip install .` in a clone" in model_card.CLONE_INSTALL and "dist/elc_bert-*.whl" in model_card.CLONE_INSTALL
+    )
+
+
+def test_the_install_line_skips_a_repository_url_that_cannot_resolve(monkeypatch, caplog):
+    """An install made while pyproject.toml held the `.invalid` placeholder (issue 68: `git` exits 128 on it) gets the
+    clone line on its cards, with a warning, not an install line that fails."""
+    import elc_bert.hub.model_card as model_card
+
+    metadata = {"Project-URL": ["Repository, https://repository-url-not-recorded.invalid/elc_bert"]}
+    monkeypatch.setattr(model_card, "package_metadata", lambda name: type("M", (), {"get_all": metadata.get})())
+    with caplog.at_level("WARNING", logger=model_card.__name__):
+        assert install_instructions() == model_card.CLONE_INSTALL
+    assert "cannot resolve" in caplog.text and ".invalid" in caplog.text

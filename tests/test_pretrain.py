@@ -322,6 +322,28 @@ def test_a_truncated_gzip_file_in_a_streamed_corpus_is_named(tmp_path):
         pretrain(_config(tmp_path, max_steps=200, **streamed))
 
 
+def test_a_run_too_short_for_its_first_milestone_says_so_before_training(tmp_path, caplog, monkeypatch):
+    """`checkpoint_words: strict-small` on two steps of ~60 words each: no words-seen checkpoint can be kept, and a
+    warning says so (naming the words the run shows and the first milestone) before the first step."""
+    import transformers
+
+    warned_before_step = []
+    real_step = transformers.Trainer.training_step
+
+    def step(self, *args, **kwargs):
+        warned_before_step.append(any("first milestone" in r.getMessage() for r in caplog.records))
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.Trainer, "training_step", step)
+    config = _config(tmp_path, max_steps=2, checkpoint_words="strict-small", training={"save_steps": 100})
+    with caplog.at_level(logging.WARNING, logger="elc_bert.training.pretrain"):
+        pretrain(config)
+    warned = [r.getMessage() for r in caplog.records if "first milestone" in r.getMessage()]
+    assert len(warned) == 1 and warned_before_step[0], warned
+    assert "the run's 2 steps show" in warned[0] and "fewer than its first milestone 1,000,000 (words-1M)" in warned[0]
+    assert not list(Path(config.output_dir).glob(runs.WORDS_CHECKPOINT + "*"))
+
+
 def test_init_from_a_model_of_another_width_is_refused_in_our_words(tmp_path):
     """`model: {hidden_size: 128}` over an init_from model 64 wide: its weights are of another shape. The error names
     init_from, the weights and the key that differs (not transformers' `ignore_mismatched_sizes` advice)."""

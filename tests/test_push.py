@@ -9,12 +9,13 @@ second push uploads nothing, a push cut short resumes, a repository of another r
 """
 
 import json
+import shutil
 
 import huggingface_hub
 import pytest
 from helpers import EXPORTED_MODELS as MODELS
 from helpers import MILESTONES, milestone_run
-from hub_server import local_hub
+from hub_server import local_hub, put_branch
 from safetensors.torch import load_file
 
 from elc_bert import InputError, runs
@@ -52,14 +53,20 @@ def test_push_and_load_through_a_local_hub(exported, hub):
     assert entry["shape_ok"] and entry["max_abs_diff"] <= 1e-5, entry
 
 
-def test_push_without_a_token_is_a_clear_error(monkeypatch, tmp_path):
+def _no_token(monkeypatch, tmp_path) -> None:
     import huggingface_hub.constants
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_OIDC_RESOURCE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_TOKEN_PATH", str(tmp_path / "no-token"))
-    with pytest.raises(PermissionError, match="HF_TOKEN.*hf auth login"):
+
+
+def test_push_without_a_token_is_a_clear_error(monkeypatch, tmp_path):
+    """The user's to fix (InputError, still a PermissionError for callers that catch one), saying how to log in."""
+    _no_token(monkeypatch, tmp_path)
+    with pytest.raises(InputError, match="HF_TOKEN.*hf auth login.*huggingface-cli login") as error:
         resolve_token()
+    assert isinstance(error.value, PermissionError)
 
 
 # ------------------------------------------------------------------------------------------------ BabyLM revisions
@@ -137,6 +144,37 @@ def test_a_push_cut_short_resumes_with_the_revisions_it_had_not_pushed(run_dir, 
     assert commits_by_branch(server) == {"chck_1M": 1, "chck_2M": 1, "chck_3M": 1, "main": 1}
 
 
+def test_push_revisions_without_a_token_exits_2_before_anything_is_exported(run_dir, monkeypatch, tmp_path, capsys):
+    _no_token(monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        push_revisions(run_dir, capsys)
+    assert exit_.value.code == 2 and "hf auth login" in capsys.readouterr().err
+
+
+def test_a_missing_milestone_between_kept_ones_is_refused_before_any_upload(run_dir, server, capsys, tmp_path):
+    """words-2M deleted from a run that kept words-1M and words-3M: the push would skip chck_2M silently."""
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    shutil.rmtree(run / "words-2M")
+    with pytest.raises(SystemExit) as exit_:
+        push_revisions(run, capsys)
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"{run}: the run passed chck_2M" in error and "words-2M missing" in error
+    assert REPO_ID not in server.repos
+    # the last one gone leaves no gap: the run is pushed as far as it holds checkpoints
+    shutil.copytree(run_dir / "words-2M", run / "words-2M")
+    shutil.rmtree(run / "words-3M")
+    assert list(push_revisions(run, capsys)) == ["chck_1M", "chck_2M", "main"]
+
+
+def test_a_main_holding_only_a_readme_is_an_empty_main(run_dir, server, capsys):
+    """A repository made on the Hub's website has a main with a README alone: the run's model goes there."""
+    put_branch(server, REPO_ID, "main", {"README.md": b"---\nlicense: mit\n---\n# babylm-run\n"})
+    assert list(push_revisions(run_dir, capsys)) == [*MILESTONES, "main"]
+    main = server.repos[REPO_ID]["branches"]["main"]["files"]
+    assert json.loads(main[REVISION_RECORD])["revision"] == "main" and "model.safetensors" in main
+
+
 def test_a_repository_of_another_run_is_refused_before_anything_is_uploaded(run_dir, server, capsys, tmp_path):
     push_revisions(run_dir, capsys)
     before = commits_by_branch(server)
@@ -189,6 +227,6 @@ def test_revisions_of_a_pushed_run_score_as_its_folders(run_dir, server, capsys,
 
     one = ["--revision", "chck_2M", "--data", str(data), "--tasks", "blimp", "--out", str(tmp_path / "one")]
     cli_main(["eval-babylm", REPO_ID, *one])
-    one = json.loads((tmp_path / "one" / "summary.json").read_text())["rows"]
+    one = json.loads((tmp_path / "one" / "babylm-run" / "summary.json").read_text())["rows"]
     assert list(one) == ["chck_2M"] and one["chck_2M"]["blimp"] == pytest.approx(local["rows"]["chck_2M"]["blimp"])
     assert [request for request in server.unhandled if "/api/agent-harnesses" not in request] == []

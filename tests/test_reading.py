@@ -11,6 +11,7 @@ import gzip
 import json
 import math
 import random
+import re
 from pathlib import Path
 
 import numpy as np
@@ -222,7 +223,8 @@ STATSMODELS = {
 
 # BLAS and libm differ in their last bits across CPU makes, so the floats held above are matched to a stated
 # tolerance: relative 1e-9 is far above that noise (1e-16 to 1e-13 relative seen; 2e-12 for a difference of two R2s
-# near each other) and far below any change of formula (a mean-centred TSS or another rounding order moves the sixth digit).
+# near each other) and far below any change of formula (a mean-centred TSS or another rounding order moves the sixth
+# digit).
 HELD_REL, HELD_ABS = 1e-9, 1e-12
 
 
@@ -292,7 +294,7 @@ def test_eval_babylm_writes_the_pipelines_reading_predictions(tokenizer, mlm, tm
         f"SELF-PACED READING SCORE: {row['reading_spr']:.2f}",
     ]
     assert len((folder / "predictive_power_spillover.jsonl").read_text().splitlines()) == len(READING_MEASURES)
-    table = (tmp_path / "out" / "summary.md").read_text()
+    table = (tmp_path / "out" / "tiny-model" / "summary.md").read_text()
     assert "Reading (Eye Tracking) | Reading (Self-Paced Reading Time)" in table
     monkeypatch.setattr(reading, "surprisals", lambda *a, **k: pytest.fail("scored again"))
     assert evaluate_babylm("org/tiny-model", data, tmp_path / "out", ["reading"], progress=False) == summary
@@ -320,3 +322,77 @@ def test_bad_reading_rows_name_the_file_line_and_column(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     with pytest.raises(InputError, match=r"reading_data\.csv:4: column 'length' must be a number, got 'long'"):
         babylm.read_task("reading", tmp_path)
+
+
+def _set_cells(path: Path, column: str, value: str, rows=None) -> None:
+    """Writes `value` in `column` of the data rows `rows` (indices from 0; all when None)."""
+    with path.open(newline="") as handle:
+        lines = list(csv.reader(handle))
+    for number, cells in enumerate(lines[1:]):
+        if rows is None or number in rows:
+            cells[READING_HEADER.index(column)] = value
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(lines)
+
+
+@pytest.mark.parametrize("cell", ["inf", "-inf", "Infinity", "1e999", "NAN", "+nan"])
+def test_a_reading_value_that_is_not_finite_is_refused(cell, tmp_path):
+    # pandas reads the first four as infinite (the pipeline's scores come out NaN) and NAN, +nan as text, not missing
+    path = write_reading_csv(tmp_path / "reading_data.csv")
+    _set_cells(path, "RTfirstpass", cell, rows=[2])
+    match = rf"reading_data\.csv:4: column 'RTfirstpass' must be a finite number .*got '{re.escape(cell)}'"
+    with pytest.raises(InputError, match=match):
+        babylm.read_task("reading", tmp_path)
+
+
+@pytest.mark.parametrize("cell", ["", "NaN", "nan", "NA", "null"])
+def test_a_missing_reading_value_stays_missing(cell, tmp_path):
+    # pandas' missing values, which the pipeline's dropna leaves out of each fit
+    path = write_reading_csv(tmp_path / "reading_data.csv")
+    _set_cells(path, "RTfirstpass", cell, rows=[2])
+    assert math.isnan(reading.read_reading(path)[2].values["RTfirstpass"])
+
+
+def test_an_empty_measure_is_refused_naming_the_file_and_why(tmp_path):
+    path = write_reading_csv(tmp_path / "reading_data.csv")
+    _set_cells(path, "RTgopast", "")
+    match = (
+        r"reading_data\.csv: too few rows for the reading regressions: RTgopast \(predictive_power\): 0 rows left "
+        r"after dropping missing values, 8 parameters to fit; RTgopast \(spillover\): 0 rows left .* 17 parameters"
+    )
+    with pytest.raises(InputError, match=match):
+        reading.read_reading(path)
+    # a submission fits no ERP measure (collate_preds.py): an empty one is no reason to refuse the file there
+    _set_cells(path, "RTgopast", "250")
+    _set_cells(path, "N400", "")
+    with pytest.raises(InputError, match=r"N400 \(predictive_power\): 0 rows"):
+        reading.read_reading(path)
+    assert len(reading.read_reading(path, reading.SUBMISSION_FITS)) == 54
+
+
+def test_a_file_with_fewer_rows_than_parameters_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    path = write_reading_csv(tmp_path / "data" / "reading" / "reading_data.csv")
+    path.write_text("".join(path.read_text().splitlines(keepends=True)[:6]))  # 5 rows, one frequency unknown
+    monkeypatch.setattr("elc_bert.pretrained.load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    match = (
+        r"reading_data\.csv: too few rows .*RTfirstfix, RTfirstpass, .*, PNP \(predictive_power\): 4 rows left after "
+        r"dropping missing values, 8 parameters to fit; .*\(spillover\): 3 rows left .*17 parameters to fit$"
+    )
+    with pytest.raises(InputError, match=match):
+        evaluate_babylm("no-model-here", tmp_path / "data", tmp_path / "out", ["reading"], progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_regressions_need_one_row_more_than_their_parameters(tmp_path):
+    words, pred, prev_pred = made_up_surprisals(write_reading_csv(tmp_path / "reading_data.csv"))
+    fit = [("predictive_power", "RTfirstfix")]  # 8 parameters: the constant, 3 predictors, 3 products, pred
+    known = [i for i, w in enumerate(words) if not math.isnan(w.values["Subtlex_log10"])]
+    for kept, refused in ((8, True), (9, False)):
+        some = [p if i in known[:kept] else math.nan for i, p in enumerate(pred)]
+        short = reading.too_few_rows(words, some, prev_pred, fit)
+        assert short == ([f"RTfirstfix (predictive_power): {kept} rows left after dropping missing values, 8 "
+                          "parameters to fit"] if refused else [])  # fmt: skip
+    # called directly, with surprisals missing everywhere: the same refusal, not numpy's ValueError
+    for scores in (reading.predictive_power, reading.submission_scores):
+        with pytest.raises(InputError, match=r"too few rows .*\(predictive_power\): 0 rows left"):
+            scores(words, [math.nan] * len(words), prev_pred)

@@ -7,19 +7,24 @@ the pipeline's, so the collation is given them (`collate(counts=...)`, which the
 """
 
 import json
+import os
 import random
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
-from helpers import MILESTONES, milestone_run, write_reading_csv
-from hub_server import local_hub
+from helpers import MILESTONES, REPO, write_reading_csv
 
 from elc_bert.cli import main as cli_main
 from elc_bert.data.glue import TASKS as GLUE
 from elc_bert.evaluation import reading
 from elc_bert.evaluation.collate import GLUE_TASKS, PARTS, ItemCounts, collate
 
-REPO_ID, MODEL = "test-user/my-babylm", "my-babylm"
+MODEL = "my-babylm"
 REVISIONS = list(MILESTONES)  # chck_1M, chck_2M, chck_3M: strict-small up to chck_3M
 NOUNS = "cat dog house tree man woman city river king war".split()
 VERBS = "saw found took left made".split()
@@ -117,30 +122,73 @@ def write_evaluation_data(root: Path) -> ItemCounts:
     return counts
 
 
+GUIDE = REPO / "docs" / "guides" / "babylm-submission.md"
+ELC_BERT = [sys.executable, "-c", "import sys, elc_bert_main; sys.argv[0] = 'elc-bert'; elc_bert_main.main()"]
+
+
+def dry_run_block() -> list[str]:
+    """The guide's dry run (its "A dry run at toy scale" bash block), one command a line (continuations joined)."""
+    section = GUIDE.read_text(encoding="utf-8").split("## 0. A dry run at toy scale", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
+    return [line.split("  #")[0].strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+def run_dry_run(tmp_path: Path, monkeypatch) -> list[str]:
+    """Runs the guide's dry run as written in `tmp_path` (with this repository's data/ linked there): the local Hub
+    started as the block starts it (on a free port), the exports and variables as a shell would set them, each
+    `elc-bert` line through the command line's own entry point; returns the collation's refusal (the last line)."""
+    from hub_server import point_hub_client_at
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").symlink_to(REPO / "data")
+    variables, refusal, server = {}, None, None
+    try:
+        for line in dry_run_block():
+            words = shlex.split(re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], line).rstrip("&"))
+            if words[:2] == ["elc-bert", "local-hub"]:
+                assert line.endswith("&") and words[2:] == ["--port", "8765"]
+                server = subprocess.Popen([*ELC_BERT, "local-hub", "--port", "0"], stdout=subprocess.PIPE, text=True)
+                printed = [server.stdout.readline() for _ in range(2)][1]
+            elif words[0] == "export":
+                assert printed.split("export ", 1)[1].split()[1] == words[2]  # the token the server prints
+                pairs = dict(word.split("=", 1) for word in words[1:])
+                endpoint = printed.split("HF_ENDPOINT=", 1)[1].split()[0]  # the block's port is 8765: here a free one
+                assert pairs["HF_ENDPOINT"].rsplit(":", 1)[0] == endpoint.rsplit(":", 1)[0]
+                point_hub_client_at(monkeypatch, endpoint, pairs["HF_TOKEN"])
+                monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+            elif "=" in words[0] and len(words) == 1:
+                name, value = words[0].split("=", 1)
+                variables[name] = value  # unquoted where it is used ($FAST: several words)
+            else:
+                assert words[0] == "elc-bert", line
+                if words[1] == "collate":  # the last line: it names what a dry run lacks
+                    with pytest.raises(SystemExit) as refused:
+                        cli_main(words[1:])
+                    assert refused.value.code == 2
+                    refusal = words
+                else:
+                    cli_main(words[1:])
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+    return refusal
+
+
 @pytest.mark.slow
 def test_the_submission_guide_runs_end_to_end(tmp_path, monkeypatch, capsys):
-    monkeypatch.chdir(tmp_path)  # the guide's relative paths: results/, evaluation_data/, runs/
     counts = write_evaluation_data(tmp_path)
-    # 1. pretrain with the track's milestones (`checkpoint_words=strict-small`, six tiny steps past 1M, 2M, 3M words)
-    run = milestone_run(tmp_path, seed=0)
-    with local_hub(monkeypatch, tmp_path / "hf-cache") as server:
-        # 2. push the revisions
-        cli_main(["push", str(run), "--repo-id", REPO_ID, "--revisions"])
-        assert set(server.repos[REPO_ID]["branches"]) == {*REVISIONS, "main"}
-        # 3. score every revision: the fast tasks on each, every task on main
-        fast_tasks = ["blimp", "supplement", "ewok", "entity_tracking", "wug_adj", "wug_past", "reading"]
-        cli_main(["eval-babylm", REPO_ID, "--all-revisions", "--data", "evaluation_data/fast_eval",
-                  "--tasks", *fast_tasks, "--out", "results"])  # fmt: skip
-        summary = json.loads(Path("results/summary.json").read_text())["rows"]
-        assert list(summary) == [*REVISIONS, "main"]
-        cli_main(["eval-babylm", REPO_ID, "--revision", "main", "--data", "evaluation_data/full_eval", "--out",
-                  "results"])  # fmt: skip
-        # 4. fine-tune as the pipeline does, cut for a CPU
-        glue = "evaluation_data/full_eval/glue_filtered"
-        cpu = ["max_length=128", "epochs=1", "task_epochs={}", "training.use_cpu=true", "training.disable_tqdm=true"]
-        cli_main(
-            ["finetune-glue", "babylm-2025", f"model={REPO_ID}", f"data_dir={glue}", "predictions_dir=results", *cpu]
-        )
+    # 0. the dry run, as the guide writes it: pretrain with scaled milestones, push the revisions to the local Hub,
+    # score every revision and main, fine-tune, and the collation names what the small made-up data lacks
+    assert run_dry_run(tmp_path, monkeypatch)[1] == "collate"
+    refusal = capsys.readouterr().err.strip().splitlines()[-1]
+    assert refusal.endswith(
+        "1 problem(s): results/my-babylm/main/zero_shot/mlm/AoA_word/surprisal.json: missing (aoa, "
+        "revision main) (--debug shows the traceback)"
+    )
+    assert sorted(p.name for p in Path("runs/my-babylm").glob("words-*")) == sorted(MILESTONES.values())
+    revisions = sorted(p.parent.parent.name for p in Path("results", MODEL).glob("chck_*/eval-babylm/blimp.json"))
+    assert revisions == REVISIONS  # scored by the first eval-babylm line; the second's summary is main's alone
     # 5. AoA runs with the official pipeline (we do not implement it: its word list is not staged); its output,
     # zero_shot/<backend>/AoA_word/surprisal.json with a set of words per revision, is made up here in its layout.
     aoa = {"results": [{"step": revision, "word": word, "surprisal": 4.5} for revision in REVISIONS
@@ -148,12 +196,6 @@ def test_the_submission_guide_runs_end_to_end(tmp_path, monkeypatch, capsys):
     aoa_file = Path("results", MODEL, "main", "zero_shot", "mlm", "AoA_word", "surprisal.json")
     aoa_file.parent.mkdir(parents=True)
     aoa_file.write_text(json.dumps(aoa))
-    capsys.readouterr()
-    # 6. collate: the guide's command holds the small sets to the pipeline's item counts, and names what is short ...
-    with pytest.raises(SystemExit) as refused:
-        cli_main(["collate", MODEL, "--results", "results", "--track", "strict-small", "--data", "evaluation_data",
-                  "--up-to", REVISIONS[-1]])  # fmt: skip
-    assert refused.value.code == 2 and "the pipeline requires" in capsys.readouterr().err
     # ... and given the small sets' counts, writes the submission
     out = collate("results", MODEL, "strict-small", data="evaluation_data", up_to=REVISIONS[-1], counts=counts)
 
@@ -170,7 +212,51 @@ def test_the_submission_guide_runs_end_to_end(tmp_path, monkeypatch, capsys):
     assert list(fast) == [part.key for part in PARTS if part.fast]
     assert all(len(scores) == len(REVISIONS) for scores in fast.values())
     assert all(set(scores) == {"spr", "rt"} for scores in fast["reading"])
-    # each revision's fast BLiMP score (accuracy per UID, a fraction) is eval-babylm's (the UIDs' mean, in percent)
+    # each revision's fast BLiMP score (accuracy per UID, a fraction) is eval-babylm's (in percent)
     for revision, by_uid in zip(REVISIONS, fast["blimp"]):
+        ours = json.loads(Path("results", MODEL, revision, "eval-babylm", "blimp.json").read_text())["by"]["UID"]
         assert set(by_uid) == set(counts.full["blimp"])
-        assert 100 * sum(by_uid.values()) / len(by_uid) == pytest.approx(summary[revision]["blimp"], abs=1e-9)
+        assert by_uid == pytest.approx({uid: accuracy / 100 for uid, accuracy in ours.items()}, abs=1e-9)
+
+
+def test_elc_bert_local_hub_serves_a_push_and_a_download(tmp_path):
+    """The guide's dry-run Hub (`elc-bert local-hub`): it prints the two variables to export, and a client pointed at
+    it by them alone pushes a file to a branch and reads it back; the parser's default token is the server's."""
+    from elc_bert.hub.local_hub import DEFAULT_TOKEN
+    from elc_bert_cli import build_parser
+
+    assert build_parser().parse_args(["local-hub"]).token == DEFAULT_TOKEN
+    server = subprocess.Popen(
+        [*ELC_BERT, "local-hub", "--port", "0", "--token", "hf_dry_run"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = [server.stdout.readline() for _ in range(2)]
+        (export,) = [line.split("export ", 1)[1].split() for line in lines if "export " in line]
+        env = dict(pair.split("=", 1) for pair in export)
+        assert env["HF_TOKEN"] == "hf_dry_run" and env["HF_ENDPOINT"].startswith("http://127.0.0.1:")
+        script = """
+            import sys
+            from huggingface_hub import HfApi, hf_hub_download
+            api = HfApi()
+            api.create_repo("me/dry")
+            api.create_branch("me/dry", branch="chck_1M")
+            api.upload_file(path_or_fileobj=b"hello", path_in_repo="x.txt", repo_id="me/dry", revision="chck_1M")
+            refs = sorted(b.name for b in api.list_repo_refs("me/dry").branches)
+            path = hf_hub_download("me/dry", "x.txt", revision="chck_1M", cache_dir=sys.argv[1])
+            print(refs, open(path).read())
+        """
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")} | env
+        done = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(script), str(tmp_path / "cache")],
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.strip() == "['chck_1M', 'main'] hello"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -10,6 +10,16 @@ from .interventions import (
     skip_plan,
     swap_plan,
 )
+from .manipulations import (
+    add_weight_noise,
+    edit_layer_weights,
+    magnitude_prune,
+    manipulation_sweep,
+    predicted_weights,
+    substitute_predicted_weights,
+    truncate_rank,
+    weight_predictability,
+)
 from .metrics import (
     CustomMetric,
     PseudoPerplexity,
@@ -23,6 +33,8 @@ from .metrics import (
     text_batches,
     weight_statistics,
 )
+from .pruning import prune, prune_saved
+from .recovery import recover_layer, recovery_speed
 from .report import analyze, load_sentences
 
 __all__ = [
@@ -31,19 +43,31 @@ __all__ = [
     "Parallel",
     "PseudoPerplexity",
     "TaskMetric",
+    "add_weight_noise",
     "analyze",
     "apply_layer_plan",
     "depth_profiles",
+    "edit_layer_weights",
     "layer_stream",
     "leave_one_out",
     "linear_cka",
     "load_sentences",
+    "magnitude_prune",
+    "manipulation_sweep",
     "painters_plan",
     "painters_sweep",
+    "predicted_weights",
+    "prune",
+    "prune_saved",
+    "recover_layer",
+    "recovery_speed",
     "representation_metrics",
     "scale_layer_weights",
     "skip_plan",
+    "substitute_predicted_weights",
     "swap_plan",
     "text_batches",
+    "truncate_rank",
+    "weight_predictability",
     "weight_statistics",
 ]

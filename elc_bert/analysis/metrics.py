@@ -6,6 +6,7 @@ modules (decoders' last `hidden_states` entry comes after the final norm; the ho
 ELC-BERT h_n is block n's output y_n. Token-level metrics average over real (non-padding) tokens.
 """
 
+import copy
 import math
 import random
 
@@ -18,6 +19,7 @@ from ..models.errors import InputError
 from ..pretrained import language_model_kind
 from ..scoring import DEFAULT_BATCH_TOKENS, token_pseudo_log_likelihoods
 from .interventions import STRATEGIES, apply_layer_plan, layer_list, num_layers, painters_plan, skip_plan
+from .manipulations import tensor_types
 
 
 def text_batches(tokenizer, sentences: list[str], batch_size: int = 16, max_length: int = 128) -> list[dict]:
@@ -134,18 +136,19 @@ class TaskMetric:
         else:
             self.name = "representation drift (1 - cos of the final output)"
             self.relative = False
-            self.reference = [self._final(batch) for batch in batches]
+            with torch.inference_mode():
+                self.reference = [self._final(batch) for batch in batches]
 
-    @torch.inference_mode()
     def _final(self, batch):
         output = self.model(**_model_inputs(self.model, batch))
         return output.last_hidden_state[batch["attention_mask"].bool().to(self.model.device)].float()
 
-    @torch.inference_mode()
-    def __call__(self) -> float:
-        if self.name == "representation drift (1 - cos of the final output)":
+    def loss(self) -> torch.Tensor:
+        """The metric as a differentiable scalar tensor (float64), for training against it (recovery); calling the
+        metric gives its value without autograd."""
+        if self.kind not in ("causal", "masked"):
             drifts = [1 - _cosine(self._final(b), ref) for b, ref in zip(self.batches, self.reference)]
-            return float(torch.cat(drifts).mean())
+            return torch.cat(drifts).double().mean()
         total, count = 0.0, 0
         for i, batch in enumerate(self.batches):
             inputs = _model_inputs(self.model, batch)
@@ -154,8 +157,18 @@ class TaskMetric:
             labels = self.labels[i].to(self.model.device)
             tokens = int((labels[:, 1:] if self.kind == "causal" else labels).ne(-100).sum())
             loss = self.model(**inputs, labels=labels).loss
-            total, count = total + float(loss) * tokens, count + tokens
+            total, count = total + loss.double() * tokens, count + tokens
         return total / max(count, 1)
+
+    @torch.inference_mode()
+    def __call__(self) -> float:
+        return float(self.loss())
+
+    def for_model(self, model) -> "TaskMetric":
+        """The same metric (masks, labels, drift reference) on another model of the same architecture, e.g. a copy."""
+        metric = copy.copy(self)
+        metric.model = model
+        return metric
 
 
 class PseudoPerplexity:
@@ -246,9 +259,7 @@ def painters_sweep(model, metric, strategies=STRATEGIES, seeds: int = 3, iterati
 
 def _flat_layer_weights(model) -> list[torch.Tensor]:
     """Each layer's parameters that have the same shape in every layer, flattened and concatenated."""
-    layers = getattr(*layer_list(model))
-    shapes = [{name: p.shape for name, p in layer.named_parameters()} for layer in layers]
-    common = [name for name in shapes[0] if all(s.get(name) == shapes[0][name] for s in shapes)]
+    layers, common = getattr(*layer_list(model)), tensor_types(model)
     return [
         torch.cat([dict(layer.named_parameters())[n].detach().float().flatten() for n in common]) for layer in layers
     ]

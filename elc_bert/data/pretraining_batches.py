@@ -125,7 +125,10 @@ class StreamedRows(torch.utils.data.IterableDataset):
                     if batches == self.num_steps:
                         return
             if not seen:  # it would start over forever
-                raise InputError("the streamed corpus yielded no sample in a whole pass (no text in its text column?)")
+                named = ", ".join(f"{s.path} ({s.split} split, text column {s.text_column!r})" for s in self.sources)
+                raise InputError(
+                    f"{named or 'the streamed corpus'}: yielded no sample in a whole pass (no text in its text column?)"
+                )
             epoch += 1
 
 

@@ -24,9 +24,11 @@ human ratio.
 `read_task` checks a task's files before any model is loaded: a missing or empty field, a ratio outside [0, 1] or
 fewer than two candidates name the file, the line and the field.
 
-Predictions go where the pipeline writes them and `collate_preds.py` reads them:
+Everything goes into the pipeline's results tree, under one model's folder of the results root (`--out`, the
+pipeline's `results/`): the predictions where the pipeline writes them and `collate_preds.py` reads them,
 <results>/<model name>/<revision>/zero_shot/<mlm|causal>/<task's --task>/<data folder>/predictions.json
-(`official_folder`), keyed by UID.
+(`official_folder`), keyed by UID; our every metric in <results>/<model name>/<revision>/eval-babylm/<task>.json; the
+summary in <results>/<model name>/summary.md and .json.
 """
 
 import json
@@ -35,6 +37,7 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fnmatch import fnmatch
 from functools import partial
 from pathlib import Path
 
@@ -42,6 +45,14 @@ from ..data.jsonl import read_jsonl
 from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
+from ..runs.layout import (
+    EVAL_BABYLM_RESULTS,
+    EVAL_BABYLM_SUMMARY,
+    PIPELINE_MODEL_RECORD,
+    REVISION_RECORD,
+    check_pipeline_model_dir,
+    record_pipeline_model,
+)
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
 from . import reading
 
@@ -193,8 +204,10 @@ def official_folder(task: str, folder: Path) -> Path:
 def find_task_folder(task: str, data: Path) -> Path:
     """The folder of `task` under `data`: `data` itself when it holds the task's files directly under one of the
     task's folder names, else `data/<folder>`, `data/full_eval/<folder>` or `data/fast_eval/<folder>` for the
-    first of the task's folder names found; for `data` = `.../fast_eval`, the tasks it has no copy of (the wug tests,
-    entity tracking) come from the `full_eval/` beside it, as in the official fast evaluation."""
+    first of the task's folder names found. For `data` = `.../fast_eval`, the pipeline's fast evaluation
+    (eval_zero_shot_fast.sh) reads every task from it, the wug tests and reading too; a task it holds no copy of (our
+    staged data lacks entity_tracking_fast, the wug tests and reading) comes from the `full_eval/` beside it, the
+    same items where the fast set is the full one (the wug tests, reading), the full set for entity tracking."""
     if task not in TASKS:
         raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     names = TASKS[task].folders
@@ -400,7 +413,21 @@ def model_folders(
         chosen = [revision] if revision is not None else list(branches)
         if not chosen:
             raise InputNotFoundError(f"{model}: no branch named as a BabyLM revision (chck_1M, ...) nor main")
-        return {name: (str(model), branches[name]) for name in chosen}
+        # Every revision is checked before any is scored: an empty one (a new repository's main) would fail to load
+        # after the others were scored.
+        empty = [name for name in chosen if not _holds_model(str(model), branches[name])]
+        if revision is not None and empty:
+            raise InputError(f"{model}: revision {revision} holds no model (no config.json and weights)")
+        if empty:
+            logger.warning(
+                "%s: revision(s) %s hold no model (no config.json and weights): not scored; push the model there "
+                "(main: `elc-bert push --revisions` pushes the final model) and run again",
+                model,
+                ", ".join(empty),
+            )
+        if len(empty) == len(chosen):
+            raise InputNotFoundError(f"{model}: none of its revisions ({', '.join(chosen)}) holds a model")
+        return {name: (str(model), branches[name]) for name in chosen if name not in empty}
     if not all_checkpoints:
         return {"main": (str(model), None)}
     folder = Path(model)
@@ -416,11 +443,41 @@ def model_folders(
     return found
 
 
+def _holds_model(repo: str, commit: str) -> bool:
+    """Whether the Hub repository `repo` at `commit` holds a model: its config.json and weights (the files
+    `runs.fingerprint` reads in a folder)."""
+    from huggingface_hub import HfApi
+
+    files = HfApi().list_repo_files(repo, revision=commit)
+    weights = [name for name in files if fnmatch(name, "model*.safetensors") or fnmatch(name, "pytorch_model*.bin")]
+    return "config.json" in files and bool(weights)
+
+
 def _words_seen(folder: Path) -> dict:
     from .. import runs
 
     path = folder / runs.WORDS_SEEN
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _revision_record(repo: str, commit: str) -> dict:
+    """The words, milestone and step that `push --revisions` recorded in a revision (`REVISION_RECORD`); {} for a
+    revision without the record (main, a model pushed otherwise)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        record = json.loads(Path(hf_hub_download(repo, REVISION_RECORD, revision=commit)).read_text(encoding="utf-8"))
+    except EntryNotFoundError:
+        return {}
+    return {key: record[key] for key in ("words", "milestone", "step") if key in record}
+
+
+def _row_start(source: str, commit: str | None) -> dict:
+    """A summary row's step and words seen (where known) of the model at `source` (at `commit` of a Hub repo)."""
+    if Path(source).is_dir():
+        return {"step": _step(Path(source)), **_words_seen(Path(source))}
+    return {"step": None, **(_revision_record(source, commit) if commit else {})}
 
 
 def _step(folder: Path) -> int | None:
@@ -476,16 +533,14 @@ def evaluate_babylm(
     that branch of a Hub repository, with `all_revisions` its BabyLM revisions and main: `model_folders`) on `tasks`
     (all of TASKS by default) read from `data` (the official `evaluation_data` layout, or a folder holding the task
     folders; `task_dirs` names a task's folder directly). Every task's files are read and checked before a model
-    loads. Writes into `out_dir`: results/<revision>/<task>.json (kept: a rerun or a resumed run skips what is
-    done with the same model weights, data, pll and temperature), the official pipeline's layout
-    (<model name>/<revision>/zero_shot/<backend>/`official_folder`/predictions.json and best_temperature_report.txt;
-    the reading task: reading/predictions.json and its reports), summary.md / summary.json (a row per revision, a
-    column per task, two for reading) and, for several revisions, curves/<column>.png. Returns the summary."""
-    import torch
-
-    from .. import runs
-    from ..pretrained import load_model
-
+    loads. `out_dir` is the results root (the pipeline's `results/`), and everything goes into the model's folder
+    in it, <model name>/ (`runs.layout.check_pipeline_model_dir`: one holding another model's results is refused
+    before anything is scored): <revision>/eval-babylm/<task>.json (every metric; kept: a rerun or a resumed run
+    skips what is done with the same model weights, data, pll and temperature), the official pipeline's layout
+    (<revision>/zero_shot/<backend>/`official_folder`/predictions.json and best_temperature_report.txt; the reading
+    task: reading/predictions.json and its reports), summary.md / summary.json (a row per revision, a column per
+    task, two for reading; written also when a revision fails, with what was scored) and, for several revisions,
+    curves/<column>.png. Returns the summary."""
     data, out_dir = Path(data), Path(out_dir)
     tasks = list(tasks or TASKS)
     for task in tasks:
@@ -497,60 +552,82 @@ def evaluate_babylm(
         require("eval", what="the wug tests' Spearman correlation and the reading task's regression")
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
+    if (out_dir / PIPELINE_MODEL_RECORD).is_file():
+        raise InputError(
+            f"--out {out_dir}: a model's folder in a results tree ({PIPELINE_MODEL_RECORD}); --out is the results "
+            f"root (the pipeline's results/), the model's folder goes below it: give --out {out_dir.parent}"
+        )
     revisions = model_folders(model, all_checkpoints, revision, all_revisions)
-    model_dir = runs.pipeline_model_dir(out_dir, model)  # the pipeline's (and collate_preds.py's) results tree
-    rows = {}
-    for revision, (source, commit) in revisions.items():
-        is_folder = Path(source).is_dir()
-        weights = runs.fingerprint(source) if is_folder else f"{source}@{commit}" if commit else source
-        loaded = None
-        rows[revision] = {"step": _step(Path(source)) if is_folder else None, **_words_seen(Path(source))}
-        for task in tasks:
-            result_file = out_dir / "results" / revision / f"{task}.json"
-            key = result_key(weights, task_files(folders[task], task), pll, temperature)
-            if TASKS[task].metric == "reading":  # the pipeline's reading task takes neither
-                key.update(pll=None, temperature=None)
-            if result_file.is_file():
-                kept = json.loads(result_file.read_text(encoding="utf-8"))
-                if kept.get("key") == key:
-                    rows[revision].update(_summary_values(task, kept))
-                    continue
-                logger.info("%s: made with other settings or weights: scored again", result_file)
-            if loaded is None:
-                loaded = load_model(source, lm_head=True, revision=commit)
-                loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-                if loaded[2] != "causal" and loaded[1].mask_token_id is None:
-                    raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
-                for each in tasks:  # every task's sentences, before the first is scored
-                    check = reading.check_words if TASKS[each].metric == "reading" else check_items
-                    check(loaded[1], items[each], loaded[2] == "causal")
-            model_object, tokenizer, kind = loaded
-            causal = kind == "causal"
-            logger.info("%s %s: %d items", revision, task, len(items[task]))
-            backend = "causal" if causal else "mlm"
-            official = model_dir / revision / runs.PIPELINE_ZERO_SHOT / backend / official_folder(task, folders[task])
-            if TASKS[task].metric == "reading":
-                surprisal = reading.surprisals(model_object, tokenizer, items[task], causal, batch_tokens, progress)
-                result = reading.evaluate(items[task], *surprisal)
-                _write_json(official / runs.PIPELINE_PREDICTIONS, reading.predictions(*surprisal))
-                reading.write_reports(official, result)
-            else:
-                scores = score_items(
-                    model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress
-                )
-                result = evaluate(task, items[task], scores)
-                _write_json(official / runs.PIPELINE_PREDICTIONS, predictions(task, items[task], scores))
-                report = _report(task, result, temperature)
-                (official / "best_temperature_report.txt").write_text(report, encoding="utf-8")
-            result.update(task=task, revision=revision, items=len(items[task]), backend=backend, key=key)
-            _write_json(result_file, result)
-            rows[revision].update(_summary_values(task, result))
-    summary = {"model": str(model), "pll": pll, "temperature": temperature, "tasks": tasks, "rows": rows}
-    _write_json(out_dir / "summary.json", summary)
-    (out_dir / "summary.md").write_text(summary_table(summary), encoding="utf-8")
-    if len(rows) > 1:
-        _curves(summary, out_dir / "curves")
+    model_dir = check_pipeline_model_dir(out_dir, model)  # the pipeline's (and collate_preds.py's) results tree
+    summary = {"model": str(model), "pll": pll, "temperature": temperature, "tasks": tasks, "rows": {}}
+    settings = dict(pll=pll, temperature=temperature, batch_tokens=batch_tokens, device=device, progress=progress)
+    try:
+        for revision, (source, commit) in revisions.items():
+            summary["rows"][revision] = _row_start(source, commit)
+            _score_revision(out_dir, model, revision, source, commit, tasks, folders, items, summary["rows"][revision],
+                            **settings)  # fmt: skip
+    finally:  # what was scored is summed up, also when a later revision fails
+        if any(task in row for row in summary["rows"].values() for task in tasks):
+            _write_json(model_dir / f"{EVAL_BABYLM_SUMMARY}.json", summary)
+            (model_dir / f"{EVAL_BABYLM_SUMMARY}.md").write_text(summary_table(summary), encoding="utf-8")
+            if len(summary["rows"]) > 1:
+                _curves(summary, model_dir / "curves")
     return summary
+
+
+def _score_revision(
+    out_dir: Path, model, revision: str, source: str, commit, tasks, folders, items, row: dict, *, pll, temperature,
+    batch_tokens, device, progress
+) -> None:  # fmt: skip
+    """Scores `revision` of `model`, the model at `source` (at `commit` of a Hub repository), on `tasks` into the
+    results tree under `out_dir`, adding each task's values to its summary `row` as it is done (`evaluate_babylm`)."""
+    import torch
+
+    from .. import runs
+    from ..pretrained import load_model
+
+    folder = runs.pipeline_model_dir(out_dir, model) / revision
+    weights = runs.fingerprint(source) if Path(source).is_dir() else f"{source}@{commit}" if commit else source
+    loaded = None
+    for task in tasks:
+        result_file = folder / EVAL_BABYLM_RESULTS / f"{task}.json"
+        key = result_key(weights, task_files(folders[task], task), pll, temperature)
+        if TASKS[task].metric == "reading":  # the pipeline's reading task takes neither
+            key.update(pll=None, temperature=None)
+        if result_file.is_file():
+            kept = json.loads(result_file.read_text(encoding="utf-8"))
+            if kept.get("key") == key:
+                row.update(_summary_values(task, kept))
+                continue
+            logger.info("%s: made with other settings or weights: scored again", result_file)
+        if loaded is None:
+            loaded = load_model(source, lm_head=True, revision=commit)
+            loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            if loaded[2] != "causal" and loaded[1].mask_token_id is None:
+                raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
+            for each in tasks:  # every task's sentences, before the first is scored
+                check = reading.check_words if TASKS[each].metric == "reading" else check_items
+                check(loaded[1], items[each], loaded[2] == "causal")
+            record_pipeline_model(out_dir, model)  # the inputs are good: the tree is this model's
+        model_object, tokenizer, kind = loaded
+        causal = kind == "causal"
+        logger.info("%s %s: %d items", folder.name, task, len(items[task]))
+        backend = "causal" if causal else "mlm"
+        official = folder / runs.PIPELINE_ZERO_SHOT / backend / official_folder(task, folders[task])
+        if TASKS[task].metric == "reading":
+            surprisal = reading.surprisals(model_object, tokenizer, items[task], causal, batch_tokens, progress)
+            result = reading.evaluate(items[task], *surprisal)
+            _write_json(official / runs.PIPELINE_PREDICTIONS, reading.predictions(*surprisal))
+            reading.write_reports(official, result)
+        else:
+            scores = score_items(model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress)
+            result = evaluate(task, items[task], scores)
+            _write_json(official / runs.PIPELINE_PREDICTIONS, predictions(task, items[task], scores))
+            report = _report(task, result, temperature)
+            (official / "best_temperature_report.txt").write_text(report, encoding="utf-8")
+        result.update(task=task, revision=folder.name, items=len(items[task]), backend=backend, key=key)
+        _write_json(result_file, result)
+        row.update(_summary_values(task, result))
 
 
 def _report(task: str, result: dict, temperature: float) -> str:

@@ -52,8 +52,10 @@ regular items, the wug tests, reading), from their full_eval/ folder beside it, 
 
 The checks: the pipeline's (every file there, each UID with the number of predictions the pipeline requires, the
 AoA file holding every revision with its count of words), and what it lets through: a UID missing from a task whose
-UIDs it lists (a submission without it), a UID it does not know, a prediction without its field, a fast data file
-whose items do not match the predictions (the pipeline pairs them silently), two fine-tuning files with one UID.
+UIDs it lists (a submission without it), a UID it does not know, a prediction without its field, a wug "prob" or a
+reading "pred" / "prev_pred" that is not a finite number (reading's null or NaN is a missing value, as the pipeline
+drops it), a reading regression with no more rows left than parameters, a fast data file whose items do not match
+the predictions (the pipeline pairs them silently), two fine-tuning files with one UID.
 """
 
 import json
@@ -68,7 +70,7 @@ from ..data.text import read_text
 from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from .babylm import resolve_data
-from .reading import read_reading, submission_scores
+from .reading import SUBMISSION_FITS, read_reading, submission_scores, too_few_rows
 
 logger = logging.getLogger(__name__)
 
@@ -478,13 +480,25 @@ class _FastScorer:
             return False
         return True
 
-    def _values(self, predictions: list, name: str, where: Path, uid: str) -> list | None:
-        """Each prediction's `name`, or None (the problem noted) when one has none."""
+    def _values(
+        self, predictions: list, name: str, where: Path, uid: str, number: bool = False, missing: bool = False
+    ) -> list | None:
+        """Each prediction's `name`, or None (the problem noted) when one has none. `number`: as floats, and one that
+        is not a finite number is refused (the pipeline ranks a string such as "0.3" as text in spearmanr, and fits
+        it as a category in statsmodels' formula); `missing`: null and NaN allowed too, as NaN (a value the pipeline
+        drops)."""
         for index, entry in enumerate(predictions):
             if not isinstance(entry, dict) or name not in entry:
                 self.problems.append(f'{where}: UID {uid}, prediction {index} has no "{name}"')
                 return None
-        return [entry[name] for entry in predictions]
+            if number and not _is_number(entry[name], missing):
+                item = f" (id {entry['id']!r})" if "id" in entry else ""
+                self.problems.append(
+                    f'{where}: UID {uid}, prediction {index}{item} has "{name}" {entry[name]!r}, not a number'
+                )
+                return None
+        values = [entry[name] for entry in predictions]
+        return [math.nan if value is None else float(value) for value in values] if number else values
 
     def _accuracy(self, predictions, answers, data: Path | None, where: Path, uid: str) -> float | None:
         """The share of predictions equal to the item's right answer (both stripped), as the pipeline counts it."""
@@ -503,7 +517,7 @@ class _FastScorer:
         """Spearman's rho between the predictions' "prob" and the items' human `ratio`."""
         ratios = [record.get("ratio") for record in self._records(data)]
         probs = (
-            self._values(predictions, "prob", where, uid)
+            self._values(predictions, "prob", where, uid, number=True)
             if self._paired(predictions, ratios, data, where, uid)
             else None
         )
@@ -523,13 +537,32 @@ class _FastScorer:
             return None
         data = self._file(READING, "reading_data", (".csv", ".csv.gz"))
         if data is not None and data not in self.read:
-            self.read[data] = read_reading(data)
-        words = self.read.get(data, [])
+            try:
+                self.read[data] = read_reading(data, SUBMISSION_FITS)
+            except InputError as error:  # named with the others
+                self.problems.append(str(error))
+                self.read[data] = None
+        words = self.read.get(data)
+        if words is None:
+            return None
         predictions = value["reading"]["predictions"]
         if not self._paired(predictions, words, data, where, "reading"):
             return None
-        pred, prev_pred = (self._values(predictions, name, where, "reading") for name in ("pred", "prev_pred"))
+        pred, prev_pred = (
+            self._values(predictions, name, where, "reading", number=True, missing=True)
+            for name in ("pred", "prev_pred")
+        )
         if pred is None or prev_pred is None:
             return None
-        as_float = lambda values: [math.nan if v is None else float(v) for v in values]  # noqa: E731  JSON null: NaN
-        return submission_scores(words, as_float(pred), as_float(prev_pred))
+        short = too_few_rows(words, pred, prev_pred, SUBMISSION_FITS)
+        if short:
+            self.problems.append(f"{where}: too few rows for the reading regressions: {'; '.join(short)}")
+            return None
+        return submission_scores(words, pred, prev_pred)
+
+
+def _is_number(value, missing: bool) -> bool:
+    """Whether `value` (from JSON) is a finite number, or, where `missing`, null or NaN (a missing value)."""
+    if missing and (value is None or (isinstance(value, float) and math.isnan(value))):
+        return True
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -61,6 +61,12 @@ SPILLOVER_PREDICTORS = (*PREDICTORS, "prev_length", "prev_pred")
 TEXT_COLUMNS = ("item", "word", "prev_item", "prev_word")
 NUMBER_COLUMNS = (*PREDICTORS, "prev_length", *MEASURES)
 COLUMNS = (*TEXT_COLUMNS, *NUMBER_COLUMNS)  # what the task reads; a file must have them all
+DESIGNS = {"predictive_power": PREDICTORS, "spillover": SPILLOVER_PREDICTORS}
+# The (design, measure) regressions fitted: every measure of both designs by the task (reading/run.py), the
+# eye-tracking times' first design and the self-paced reading time's spillover design in a submission
+# (collate_preds.py).
+TASK_FITS = tuple((design, measure) for design in DESIGNS for measure in MEASURES)
+SUBMISSION_FITS = (*(("predictive_power", measure) for measure in EYE_TRACKING), ("spillover", SELF_PACED))
 MASKS_APPENDED = 3  # the pipeline's --number_of_mask_tokens_to_append
 # The strings pandas' read_csv reads as missing (the pipeline reads the file with it): an `item` that is one of them
 # becomes "None" (the pipeline's fillna), a `prev_item` means there is no previous word, a number is unknown.
@@ -83,9 +89,11 @@ class ReadingWord:
     values: dict[str, float] = field(default_factory=dict)
 
 
-def read_reading(path: Path) -> list[ReadingWord]:
-    """The rows of a reading_data.csv (plain or .gz), as the pipeline reads them; a missing column, an empty word or a
-    value that is not a number raise InputError naming the file (line) and column, before any model loads."""
+def read_reading(path: Path, fits: Sequence[tuple[str, str]] = TASK_FITS) -> list[ReadingWord]:
+    """The rows of a reading_data.csv (plain or .gz), as the pipeline reads them; a missing column, an empty word, a
+    value that is not a finite number (a missing one is empty) or too few rows for one of the regressions `fits`
+    (`too_few_rows`, every surprisal taken as known) raise InputError naming the file (line) and column or measure,
+    before any model loads."""
     reader = csv.reader(io.StringIO(read_text(path), newline=""))
     header = next(reader, None) or []
     missing = [column for column in COLUMNS if column not in header]
@@ -111,6 +119,12 @@ def read_reading(path: Path) -> list[ReadingWord]:
                 values[column] = math.nan if cell in MISSING else float(cell)
             except ValueError:
                 raise InputError(f"{where}: column {column!r} must be a number, got {cell!r}") from None
+            # pandas reads inf, 1e999 ... as infinite (the pipeline's fits then give NaN scores) and NaN spelled
+            # otherwise than MISSING (NAN, +nan) as text (its fits fail): neither is a number to regress on.
+            if cell not in MISSING and not math.isfinite(values[column]):
+                raise InputError(
+                    f"{where}: column {column!r} must be a finite number (an empty cell where unknown), got {cell!r}"
+                )
         has_prev = text["prev_item"] not in MISSING  # the pipeline's test for a previous word
         if has_prev and text["prev_word"] in MISSING:
             raise InputError(f"{where}: column 'prev_word' is empty where 'prev_item' is not")
@@ -126,6 +140,9 @@ def read_reading(path: Path) -> list[ReadingWord]:
         )
     if not words:
         raise InputError(f"{path}: no rows")
+    short = too_few_rows(words, fits=fits)
+    if short:
+        raise InputError(f"{path}: too few rows for the reading regressions: {'; '.join(short)}")
     return words
 
 
@@ -283,6 +300,50 @@ def _columns(words: Sequence[ReadingWord], pred: Sequence[float], prev_pred: Seq
     return columns
 
 
+def _known_rows(columns: dict[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
+    """The rows where every one of `names` is known (run.py's dropna)."""
+    return np.flatnonzero(~np.isnan(np.column_stack([columns[name] for name in names])).any(axis=1))
+
+
+def _parameters(predictors: Sequence[str]) -> int:
+    """How many parameters the model fit has: the constant, each predictor, each pairwise product and `pred`."""
+    return 2 + len(predictors) + math.comb(len(predictors), 2)
+
+
+def too_few_rows(
+    words: Sequence[ReadingWord],
+    pred: Sequence[float] | None = None,
+    prev_pred: Sequence[float] | None = None,
+    fits: Sequence[tuple[str, str]] = TASK_FITS,
+) -> list[str]:
+    """A line for the measures of `fits` (design, measure) whose model fit keeps no more rows than it has parameters
+    once the rows with a missing value are dropped (one line per design and count): with none left the SVD has
+    nothing to factor, with no more than the parameters the fit is exact and the gain divides by zero. `pred`,
+    `prev_pred` None: as a model gives them (every word's surprisal, the previous word's where there is one), to check
+    a file before any model loads."""
+    if pred is None:
+        pred = [0.0] * len(words)
+    if prev_pred is None:
+        prev_pred = [math.nan if w.prev_word is None else 0.0 for w in words]
+    columns = _columns(words, pred, prev_pred)
+    short = {}
+    for design, measure in fits:
+        rows = len(_known_rows(columns, [measure, *DESIGNS[design], "pred"]))
+        if rows <= _parameters(DESIGNS[design]):
+            short.setdefault((design, rows), []).append(measure)
+    return [
+        f"{', '.join(measures)} ({design}): {rows} rows left after dropping missing values, "
+        f"{_parameters(DESIGNS[design])} parameters to fit"
+        for (design, rows), measures in short.items()
+    ]
+
+
+def _refuse_too_few_rows(words, pred, prev_pred, fits) -> None:
+    short = too_few_rows(words, pred, prev_pred, fits)
+    if short:
+        raise InputError(f"too few rows for the reading regressions: {'; '.join(short)}")
+
+
 def _fits(columns: dict[str, np.ndarray], measure: str, predictors: Sequence[str]) -> tuple[Fit, Fit]:
     """The baseline and the model fit of `measure` (the module says which), each on the rows where all of its
     variables are known (run.py's dropna), its design the formula's columns in the formula's order: the constant,
@@ -291,20 +352,18 @@ def _fits(columns: dict[str, np.ndarray], measure: str, predictors: Sequence[str
     terms = [columns[name] for name in predictors] + products
 
     def fit(extra: list[str]) -> Fit:
-        used = np.column_stack([columns[name] for name in [measure, *predictors, *extra]])
-        rows = np.flatnonzero(~np.isnan(used).any(axis=1))
+        rows = _known_rows(columns, [measure, *predictors, *extra])
         x = np.column_stack([np.ones(len(rows)), *[term[rows] for term in terms + [columns[n] for n in extra]]])
         return ols(columns[measure][rows], x)
 
     return fit([]), fit(["pred"])
 
 
-DESIGNS = {"predictive_power": PREDICTORS, "spillover": SPILLOVER_PREDICTORS}
-
-
 def predictive_power(words: Sequence[ReadingWord], pred: Sequence[float], prev_pred: Sequence[float]) -> dict:
     """The task's regressions, as reading/run.py reports them: {"predictive_power": [...], "spillover": [...]}, a
-    record per measure with its keys, and the scores {"eye_tracking", "self_paced_reading"} in percent."""
+    record per measure with its keys, and the scores {"eye_tracking", "self_paced_reading"} in percent. Too few rows
+    for a fit raise InputError (`too_few_rows`)."""
+    _refuse_too_few_rows(words, pred, prev_pred, TASK_FITS)
     columns = _columns(words, pred, prev_pred)
     out, percent = {}, {}
     for design, predictors in DESIGNS.items():
@@ -336,7 +395,8 @@ def predictive_power(words: Sequence[ReadingWord], pred: Sequence[float], prev_p
 def submission_scores(words: Sequence[ReadingWord], pred: Sequence[float], prev_pred: Sequence[float]) -> dict:
     """A revision's reading scores in a submission, as collate_preds.py computes them (fractions, not percent):
     {"spr": the gain for the self-paced reading time (spillover design), "rt": the mean gain over the eye-tracking
-    measures (first design)}."""
+    measures (first design)}. Too few rows for a fit raise InputError (`too_few_rows`)."""
+    _refuse_too_few_rows(words, pred, prev_pred, SUBMISSION_FITS)
     columns = _columns(words, pred, prev_pred)
     eye_tracking = [gain(*_fits(columns, measure, PREDICTORS)) for measure in EYE_TRACKING]
     return {
@@ -382,6 +442,8 @@ __all__ = [
     "COLUMNS",
     "MEASURES",
     "NUMBER_COLUMNS",
+    "SUBMISSION_FITS",
+    "TASK_FITS",
     "Fit",
     "ReadingWord",
     "check_words",
@@ -393,5 +455,6 @@ __all__ = [
     "read_reading",
     "submission_scores",
     "surprisals",
+    "too_few_rows",
     "word_steps",
 ]

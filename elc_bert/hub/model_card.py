@@ -7,12 +7,14 @@ the dataset they copy, never a path; Hub datasets by their id). Without a run di
 left out, the card has no results and says why.
 """
 
+import logging
 import re
 import shutil
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import metadata as package_metadata
 from pathlib import Path
 from string import Template
+from urllib.parse import urlsplit
 
 import torch
 import transformers
@@ -38,6 +40,13 @@ from .run_measures import (
 )
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
+# What works while no repository URL is recorded: the package is not on PyPI.
+CLONE_INSTALL = (
+    "`pip install .` in a clone of its repository, or `pip install dist/elc_bert-*.whl` with a wheel built there "
+    "(`pip wheel --no-deps -w dist .`)"
+)
+
+logger = logging.getLogger(__name__)
 
 BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
@@ -297,16 +306,22 @@ def _citation(model, templates_dir: Path) -> str:
 
 def install_instructions() -> str:
     """How to install the package, which is not on PyPI: from its repository, as the package's metadata names it
-    (pyproject.toml's `[project.urls]`), or from a clone (an install whose metadata names none, made before it did)."""
+    (pyproject.toml's `[project.urls]`, where a repository's URL is set), else from a clone or a wheel built in one.
+    A `.invalid` host (RFC 2606: never resolves; an install made while pyproject.toml held a placeholder) is skipped."""
     try:
         urls = package_metadata("elc_bert").get_all("Project-URL") or []
     except PackageNotFoundError:
         urls = []
     for entry in urls:
         label, _, url = entry.partition(",")
-        if label.strip().lower() in ("repository", "source", "homepage") and url.strip():
-            return f'`pip install "elc_bert @ git+{url.strip()}"`, or `pip install -e .` in a clone'
-    return "`pip install -e .` in a clone of its repository"
+        url = url.strip()
+        if label.strip().lower() not in ("repository", "source", "homepage") or not url:
+            continue
+        if (urlsplit(url).hostname or ".invalid").endswith(".invalid"):
+            logger.warning("the installed package's metadata names %s, which cannot resolve: not put on the card", url)
+            continue
+        return f'`pip install "elc_bert @ git+{url}"`, or `pip install .` in a clone'
+    return CLONE_INSTALL
 
 
 def _auto_class_name(model) -> str:

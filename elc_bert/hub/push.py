@@ -2,8 +2,9 @@
 `--revisions`, a pretraining run's words-seen checkpoints as the branches of one repository that the BabyLM 2025 rules
 name (`chck_1M`, ...) and its final model as `main` (`push_revisions`).
 
-The token comes from the usual places (`HF_TOKEN`, then the token file written by `hf auth login`); the Hub from
-`HF_ENDPOINT` (default https://huggingface.co). Files go up with `huggingface_hub`'s `upload_folder`.
+The token comes from the usual places (`HF_TOKEN`, then the token file written by `hf auth login`, formerly
+`huggingface-cli login`); the Hub from `HF_ENDPOINT` (default https://huggingface.co). Files go up with
+`huggingface_hub`'s `upload_folder`.
 """
 
 import hashlib
@@ -15,27 +16,32 @@ from pathlib import Path
 
 from elc_bert import runs
 
-from ..models.errors import InputError, InputNotFoundError
-from ..runs.layout import REVISION_WORDS, revision_name, words_checkpoints
+from ..job_configs import saved_config
+from ..models.errors import InputError, InputNotFoundError, InputPermissionError
+from ..runs.layout import (
+    REVISION_RECORD,
+    REVISION_WORDS,
+    read_words_seen,
+    revision_name,
+    words_checkpoint,
+    words_checkpoints,
+)
 
 REQUIRED_FILES = ("config.json", "README.md", "model.safetensors")
-
-# In each revision `push_revisions` pushes: the run it came from (`run_identity`), the revision, the sha256 of the
-# run's weights it was exported from and, for a words-seen checkpoint, its words_seen.json.
-REVISION_RECORD = "elc_bert_revision.json"
 
 logger = logging.getLogger(__name__)
 
 
 def resolve_token(token: str | None = None) -> str:
-    """`token`, else the one `huggingface_hub` finds; a clear error when there is none."""
+    """`token`, else the one `huggingface_hub` finds; without one, InputPermissionError (the user's to fix: exit 2)
+    saying how to log in."""
     from huggingface_hub import constants, get_token
 
     token = token or get_token()
     if not token:
-        raise PermissionError(
-            "no Hugging Face token: set HF_TOKEN, or log in with `hf auth login` "
-            f"(which writes {constants.HF_TOKEN_PATH}); pushing needs a token with write access"
+        raise InputPermissionError(
+            "no Hugging Face token: set HF_TOKEN, or log in with `hf auth login` (`huggingface-cli login` in older "
+            f"huggingface_hub; it writes {constants.HF_TOKEN_PATH}); pushing needs a token with write access"
         )
     return token
 
@@ -111,6 +117,27 @@ def same_files(folder: Path, remote: dict) -> bool:
     return local.keys() == remote.keys() and all(same_file(path, remote[name]) for name, path in local.items())
 
 
+def _refuse_gaps(run_dir: Path, sources: dict[str, Path]) -> None:
+    """InputError naming the revisions between the first and the last words-seen checkpoint in `sources` that the
+    run kept (its saved `checkpoint_words`; without a saved config, every BabyLM revision) and that are gone: the
+    repository's revisions would skip them, and nothing could push them later."""
+    kept = [REVISION_WORDS[name] for name in sources if name != "main"]
+    milestones = REVISION_WORDS.values()
+    if runs.config_file(run_dir, "pretrain").is_file():
+        milestones = saved_config(run_dir, "pretrain").checkpoint_words
+    missing = [
+        words
+        for words in sorted(set(milestones))
+        if min(kept) < words < max(kept) and revision_name(words) and revision_name(words) not in sources
+    ]
+    if missing:
+        raise InputError(
+            f"{run_dir}: the run passed {', '.join(map(revision_name, missing))} but holds no words-seen checkpoint "
+            f"for them ({', '.join(words_checkpoint(run_dir, words).name for words in missing)} missing, or without "
+            f"{runs.WORDS_SEEN}): restore those folders before pushing the run's revisions"
+        )
+
+
 def push_revisions(
     run_dir: str | Path,
     repo_id: str,
@@ -124,11 +151,12 @@ def push_revisions(
     branch of `repo_id` (words-1M as chck_1M, ..., the final model as main, with the run's metrics on its card), each
     with `REVISION_RECORD`. Returns {revision: commit URL, or None where the branch already held these very files}.
 
-    Before anything is uploaded, every revision branch of the repository (and a main holding files) must be this
-    run's: its record names this run (`run_identity`), or, without a record, it holds the model.safetensors this
-    push would put there; else InputError naming the repository and the branch. A branch that already holds the
-    files this push would put there is left as it is, so that a second push uploads nothing and a push that failed
-    part way resumes where it stopped (each branch is one upload)."""
+    Before anything is uploaded, the run must hold every revision it passed between its first and last words-seen
+    checkpoint (`_refuse_gaps`), and every revision branch of the repository (and a main holding more than a README)
+    must be this run's: its record names this run (`run_identity`), or, without a record, it holds the
+    model.safetensors this push would put there; else InputError naming the repository and the branch. A branch that
+    already holds the files this push would put there is left as it is, so that a second push uploads nothing and a
+    push that failed part way resumes where it stopped (each branch is one upload)."""
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
 
@@ -151,6 +179,15 @@ def push_revisions(
             f"{run_dir}: none of its words-seen checkpoints is one the BabyLM 2025 rules name (1M ... 10M, 20M ... "
             "100M, 200M ... 1000M words): pretrain with `checkpoint_words: strict-small` (or strict)"
         )
+    _refuse_gaps(run_dir, sources)
+    scales = {read_words_seen(folder).get("checkpoint_words_scale", 1) for folder in sources.values()}
+    if scales != {1}:
+        logger.warning(
+            "%s kept its milestones at %s of their words (checkpoint_words_scale): a dry run, whose revisions are not "
+            "a submission",
+            run_dir,
+            ", ".join(f"{scale:g}" for scale in sorted(scales)),
+        )
     if has_model(run_dir):
         sources["main"] = run_dir
     else:
@@ -169,9 +206,8 @@ def push_revisions(
             if name not in exported:
                 out = scratch / name / repo_id.split("/")[1]
                 export(sources[name], out, repo_id=repo_id)  # a words-seen folder holds no run metrics
-                seen = sources[name] / runs.WORDS_SEEN
                 record = {"run": identity, "revision": name, "model_sha256": runs.fingerprint(sources[name])}
-                record.update(json.loads(seen.read_text(encoding="utf-8")) if name != "main" else {})
+                record.update(read_words_seen(sources[name]) if name != "main" else {})
                 record_text = json.dumps(record, indent=2, sort_keys=True) + "\n"
                 (out / REVISION_RECORD).write_text(record_text, encoding="utf-8")
                 exported[name] = out
@@ -182,7 +218,8 @@ def push_revisions(
             entries = api.list_repo_tree(repo_id, revision=branch, recursive=True)
             files = {e.path: e for e in entries if isinstance(e, RepoFile) and e.path != ".gitattributes"}
             remote[branch] = files
-            if not files:  # a new repository's main
+            # A new repository's main: empty, or a card alone where the Hub's website created the repository.
+            if not files or (branch == "main" and files.keys() == {"README.md"}):
                 continue
             if REVISION_RECORD in files:
                 record_file = api.hf_hub_download(repo_id, REVISION_RECORD, revision=branch, cache_dir=scratch / "hf")

@@ -101,6 +101,13 @@ class PretrainConfig:
         "pushed as revisions chck_1M etc. by `elc-bert push --revisions`",
         bounds=">= 1",
     )
+    checkpoint_words_scale: float = config_field(
+        1.0,
+        "a dry run of checkpoint_words at toy scale: each milestone is kept once the samples have shown this share of "
+        "its words, under its real name (1e-4: words-1M after 100 words; words_seen.json records the scale); 1 for a "
+        "real run",
+        bounds="(0, 1]",
+    )
     report_to: list[Literal[TRACKERS]] = report_to_field()
     training: dict = training_field()
     # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
@@ -124,6 +131,7 @@ class PretrainConfig:
     may_change: ClassVar[tuple[str, ...]] = (
         *(f"training.{name}" for name in ("save_steps", "save_total_limit", "logging_steps", "disable_tqdm")),
         "checkpoint_words",
+        "checkpoint_words_scale",
         "report_to",
     )
 

@@ -25,8 +25,19 @@ class InputNotADirectoryError(InputError, NotADirectoryError):
     """An input that should be a folder and is not."""
 
 
+class InputPermissionError(InputError, PermissionError):
+    """A credential the input needs and lacks (e.g. no Hugging Face token to push with)."""
+
+
 class MissingPackageError(InputError, ModuleNotFoundError):
     """An optional package that the input asks for (a model alias's package, an extra) is not installed."""
 
 
-__all__ = ["InputError", "InputNotFoundError", "InputExistsError", "InputNotADirectoryError", "MissingPackageError"]
+__all__ = [
+    "InputError",
+    "InputNotFoundError",
+    "InputExistsError",
+    "InputNotADirectoryError",
+    "InputPermissionError",
+    "MissingPackageError",
+]

@@ -14,7 +14,8 @@ through these names and the readers (export and its model card, the scorecard, t
     model_fingerprints.jsonl    the sha256 of each model the run saved to publish, so that its metrics go only onto
                                 the card of a model it made
 
-    .starting.lock              finetune-ner: held while a process checks the config and claims its first trial
+    .starting.lock              finetune-ner: held while a process checks the config and claims its first trial;
+                                removed when the run ends
     .saving/                    pretrain, finetune-ner: a final model being saved, moved into place when whole
 
 One module per question: `layout` (names, which job made a folder, what counts as work), `saved` (checkpoints and
@@ -65,4 +66,4 @@ from .saved import (  # noqa: F401
     naming_full_disk,
     replacing_files,
 )
-from .writers import claim, hold_run_folder, holder, starting_trials  # noqa: F401
+from .writers import claim, hold_run_folder, holder, remove_starting_lock, starting_trials  # noqa: F401

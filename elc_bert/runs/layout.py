@@ -72,9 +72,48 @@ PIPELINE_FINETUNE = "finetune"
 PIPELINE_PREDICTIONS = "predictions.json"
 
 
+PIPELINE_MODEL_RECORD = "elc_bert_model.json"  # in RESULTS/<model>/: the model whose results the folder holds
+EVAL_BABYLM_RESULTS = "eval-babylm"  # RESULTS/<model>/<revision>/eval-babylm/<task>.json: eval-babylm's every metric
+EVAL_BABYLM_SUMMARY = "summary"  # RESULTS/<model>/summary.md and .json: eval-babylm's table, a row per revision
+
+
 def pipeline_model_dir(results: str | Path, model: str | Path) -> Path:
     """RESULTS/<model>: the pipeline names a model by the last part of its path or Hub name, without a suffix."""
     return Path(results) / Path(str(model).rstrip("/")).stem
+
+
+def model_source(model: str | Path) -> str:
+    """What names a model across runs: a local folder's absolute path, else the Hub name as given."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else str(model)
+
+
+def check_pipeline_model_dir(results: str | Path, model: str | Path) -> Path:
+    """RESULTS/<model>, where `model`'s results go; InputError naming both models when its record
+    (`PIPELINE_MODEL_RECORD`) names another: two models of one folder name would mix in one tree, and the collation
+    would build one submission of both. A folder without a record (the pipeline's own, or none yet) is `model`'s."""
+    folder = pipeline_model_dir(results, model)
+    record, source = folder / PIPELINE_MODEL_RECORD, model_source(model)
+    try:
+        held = json.loads(record.read_text(encoding="utf-8"))["model"] if record.is_file() else source
+    except (ValueError, TypeError, KeyError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InputError(f'{record}: not the JSON eval-babylm wrote there ({{"model": PATH_OR_HUB_NAME}})') from None
+    if held != source:
+        raise InputError(
+            f"{folder} holds the results of model {held} ({record}); {source} has the same folder name, and their "
+            "results would mix: give this one another results folder (eval-babylm's --out, finetune-glue's "
+            "predictions_dir)"
+        )
+    return folder
+
+
+def record_pipeline_model(results: str | Path, model: str | Path) -> Path:
+    """Records in RESULTS/<model> (made if need be) that it holds `model`'s results, once `check_pipeline_model_dir`
+    has let it write there; returns the folder."""
+    folder = check_pipeline_model_dir(results, model)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / PIPELINE_MODEL_RECORD).write_text(json.dumps({"model": model_source(model)}) + "\n", encoding="utf-8")
+    return folder
 
 
 # BabyLM 2025: a submission's checkpoints are revisions (branches) of its Hub repository named by the words seen,
@@ -82,6 +121,11 @@ def pipeline_model_dir(results: str | Path, model: str | Path) -> Path:
 # official pipeline's collate_preds.py and eval_zero_shot_fast_all_revisions.sh). A run keeps its words-seen
 # checkpoints as words-<W>/ (runs made before revisions were pushed stay readable); this is the one map between the two.
 REVISION_PREFIX = "chck_"
+
+# In each revision `push --revisions` pushes: the run it came from, the revision, the sha256 of the run's weights it
+# was exported from and, for a words-seen checkpoint, its words_seen.json (words, milestone, step), which eval-babylm
+# reads back for its summary's step and words columns.
+REVISION_RECORD = "elc_bert_revision.json"
 
 TRACK_CHECKPOINT_WORDS = {  # `checkpoint_words: strict-small` (or strict) keeps these
     "strict-small": tuple(m * 10**6 for m in (*range(1, 10), *range(10, 101, 10))),
@@ -127,10 +171,25 @@ def words_checkpoints(run_dir: str | Path) -> dict[int, Path]:
     records in words_seen.json; a folder without one is passed over)."""
     found = {}
     for folder in Path(run_dir).glob(WORDS_CHECKPOINT + "*"):
-        seen = folder / WORDS_SEEN
-        if seen.is_file():
-            found[json.loads(seen.read_text(encoding="utf-8"))["milestone"]] = folder
+        if (folder / WORDS_SEEN).is_file():
+            found[read_words_seen(folder)["milestone"]] = folder
     return dict(sorted(found.items()))
+
+
+def read_words_seen(folder: str | Path) -> dict:
+    """The words_seen.json of a words-seen checkpoint ({"words", "milestone", "step"}); InputError naming the file
+    when it is not that (damaged, or edited by hand)."""
+    path = Path(folder) / WORDS_SEEN
+    try:
+        seen = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(seen, dict) or not isinstance(seen.get("milestone"), int):
+            raise ValueError("no whole-number milestone")
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise InputError(
+            f"{path}: not a readable words-seen record ({error}); restore the JSON the run wrote there: "
+            '{"words": W, "milestone": M, "step": S}'
+        ) from None
+    return seen
 
 
 def config_file(run_dir: str | Path, job: str) -> Path:

@@ -7,11 +7,13 @@ import errno
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import zipfile
 from pathlib import Path
 
+from ..models.errors import InputError
 from ..models.loading import complete_safetensors
 from .layout import CHECKPOINT_PREFIX, SAVING, TRAINER_STATE
 
@@ -28,10 +30,12 @@ def checkpoints(folder: str | Path) -> list[Path]:
 def last_checkpoint(folder: str | Path) -> str | None:
     """The newest complete checkpoint in `folder` to resume from, or None (start from the beginning). A damaged one
     (a process killed while writing it, a full disk) is passed over with a warning naming it; it is never deleted.
+    One whose random states the Trainer would refuse to load is refused (`check_rng_states`).
     (Not `transformers.trainer_utils.get_last_checkpoint`, which returns the newest folder, whole or not.)"""
     for checkpoint in reversed(checkpoints(folder)):
         damage = checkpoint_damage(checkpoint)
         if damage is None:
+            check_rng_states(checkpoint)
             return str(checkpoint)
         logger.warning(
             "%s is damaged (%s): passed over for an earlier checkpoint (it is left as it is)", checkpoint, damage
@@ -77,6 +81,29 @@ def checkpoint_damage(checkpoint: Path) -> str | None:
         if path.suffix in (".pt", ".pth", ".bin") and not zipfile.is_zipfile(path):
             return f"{path.name} is cut short"
     return None
+
+
+def check_rng_states(checkpoint: Path) -> None:
+    """Refuses, naming the file, a checkpoint's random states (rng_state*.pth) that hold pickled objects besides
+    tensors and the NumPy arrays the Trainer allows: the Trainer loads them as it resumes, with
+    `torch.load(weights_only=True)`, whose refusal names no file. They are a few kilobytes: loading them twice is
+    free."""
+    import torch
+    from transformers.trainer_pt_utils import safe_globals  # what the Trainer allows beyond tensors
+
+    for path in sorted(Path(checkpoint).glob("rng_state*.pth")):
+        try:
+            with safe_globals():
+                torch.load(path, weights_only=True)
+        except pickle.UnpicklingError as error:
+            found = re.search(r"WeightsUnpickler error: (.*?)(?: was not an allowed global|\n|$)", str(error))
+            raise InputError(
+                f"{path}: holds pickled objects that PyTorch does not load for safety "
+                f"({found.group(1) if found else str(error)[:200]}), so the run "
+                f"cannot resume from {Path(checkpoint).name}. Delete that file to resume without it (dropout then "
+                "draws other numbers than the uninterrupted run would), or move the checkpoint aside to resume from "
+                "an earlier one"
+            ) from None
 
 
 # How a full disk shows: an OSError, the words of safetensors' Rust I/O error, or torch.save's zip writer failing

@@ -51,6 +51,27 @@ def starting_trials(run_dir: str | Path):
         yield
 
 
+def remove_starting_lock(run_dir: str | Path) -> None:
+    """Removes `run_dir/.starting.lock` once this process's run of the folder has ended, so that a finished run leaves
+    no lock file behind; only when this process can take the lock at once. A process starting on the folder now holds
+    it, and keeps it (the file is its to leave). It is removed while held: a process that was waiting on it then
+    finds the file gone and locks a new one (`filelock` checks that the file it locked still exists)."""
+    import filelock
+
+    path = Path(run_dir) / STARTING_LOCK
+    if not path.exists():
+        return
+    lock = filelock.FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        return
+    try:
+        path.unlink(missing_ok=True)
+    finally:
+        lock.release()
+
+
 def claim(run_dir: Path) -> str | None:
     """Takes a trial for this process by writing `run_dir/.claimed` (host, pid and the process's start time), so
     that several processes running the same jobs side by side share out the trials. Returns None when the trial is

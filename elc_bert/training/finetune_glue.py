@@ -19,9 +19,15 @@ The BabyLM 2025 pipeline's fine-tuning (`configs/glue/babylm-2025.yaml`, from it
 evaluation_pipeline/finetune/): head babylm-2025, AdamW (weight decay 0.01) with 6% warm-up and cosine decay to 0.1 x
 the peak learning rate 3e-5, batch 32 (16 for BoolQ and MultiRC), 10 epochs (30 for WSC), sequences cut at 512
 tokens, seed 42, evaluated after every epoch on the dev set, whose best epoch (by F1 for MRPC and QQP, else accuracy;
-the first of equals) predicts it. What differs, all far below seed noise: the Trainer's own data order, the last
-partial batch of an epoch trained on (the pipeline drops it), and no weight decay on biases and norm weights (the
-Trainer's rule; the pipeline decays every parameter).
+the first of equals) predicts it. What differs, all far below seed noise: the Trainer's own data order and dropout
+draws (the pipeline seeds once, before building its model, and shuffles and draws dropout masks from that one
+stream; the Trainer seeds again after, and shuffles with a generator of its own), the last partial batch of an
+epoch trained on (the pipeline drops it, so that its schedule is floor(N / batch) x epochs steps long, the
+Trainer's ceil(N / batch) x epochs: `training.dataloader_drop_last=true` gives the pipeline's; dev and test rows are
+never dropped, `EveryRowTrainer`), no weight decay on biases and norm weights (the Trainer's rule; the pipeline
+decays every parameter), and the pipeline evaluates and predicts with its EMA copy of the model, whose parameters
+(not buffers) follow the trained ones with decay `--ema_decay`, 0 in eval_finetuning.sh: the trained parameters
+themselves.
 
 Data: a folder of `<task>.train.jsonl(.gz)` / `<task>.valid.jsonl(.gz)` files (`babylm_eval_2024/glue_filtered/`),
 plus `extra_data_dirs` searched after it for files it lacks (the 10k MNLI / QQP training subsets of
@@ -32,11 +38,13 @@ Output (read by `elc-bert scorecard`): `OUTPUT_DIR/glue/<task>/result.json` = {"
 "all_metrics", "num_train", "num_eval", "epochs_run", ...} (metrics as fractions in [0, 1]), a `dev_metric.png` per
 task, and `OUTPUT_DIR/glue/results.json` + `results.md` over all tasks. A task whose result.json exists is not rerun.
 With `predictions_dir`, each task's dev predictions also go where the BabyLM 2025 pipeline writes them, for its
-collation (`collate_preds.py`): PREDICTIONS_DIR/<model name>/main/finetune/<task>/predictions.json =
+collation (`collate_preds.py`; a model folder there holding another model's results is refused before training,
+`runs.layout.check_pipeline_model_dir`): PREDICTIONS_DIR/<model name>/main/finetune/<task>/predictions.json =
 {"<task>": {"predictions": [{"id": "<task>_<i>", "pred": <class>}, ...]}} in the dev file's order, beside results.txt
 ("accuracy: ...", one metric a line); MNLI's are of its matched dev set.
 """
 
+import contextlib
 import json
 import logging
 import math
@@ -66,6 +74,7 @@ from ..models.errors import InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_max_length, check_vocabulary, load_pretrained
 from ..plots import plot_curves
 from ..pretrained import find_tokenizer, resolve_model
+from ..runs.layout import check_pipeline_model_dir, record_pipeline_model
 from .arguments import (
     UNLOADED_HINT,
     StopOnNonFiniteLoss,
@@ -139,6 +148,31 @@ def task_metrics(task: GlueTask, labels, predictions) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------------------- job
+class EveryRowTrainer(Trainer):
+    """The Trainer, evaluating and predicting on every row whatever `dataloader_drop_last` says: that setting (the
+    BabyLM 2025 pipeline's step count: its training loader drops the last partial batch) is for training, but the
+    Trainer applies it to the dev and test loaders too, which then lose their last partial batch (all of a dev set
+    smaller than a batch: no metric to select the best epoch by). The supported hooks, `get_eval_dataloader` and
+    `get_test_dataloader`, build those loaders with it off."""
+
+    def get_eval_dataloader(self, eval_dataset=None):
+        with self._keeping_every_row():
+            return super().get_eval_dataloader(eval_dataset)
+
+    def get_test_dataloader(self, test_dataset):
+        with self._keeping_every_row():
+            return super().get_test_dataloader(test_dataset)
+
+    @contextlib.contextmanager
+    def _keeping_every_row(self):
+        drop_last = self.args.dataloader_drop_last
+        self.args.dataloader_drop_last = False
+        try:
+            yield
+        finally:
+            self.args.dataloader_drop_last = drop_last
+
+
 def resolve_output_dir(config: FinetuneGlueConfig) -> Path:
     if config.output_dir is not None:
         return Path(config.output_dir)
@@ -259,7 +293,7 @@ def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train
         save_only_model=True,  # no optimiser state: checkpoints only serve load_best_model_at_end
         disable_tqdm=False,
     )
-    return Trainer(
+    return EveryRowTrainer(
         model=model,
         args=arguments,
         train_dataset=train,
@@ -337,6 +371,7 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
     for entry, rows in dev_rows.items():
         metrics, predictions = dev_scores(trainer, task, devs[entry], rows)  # the best model (load_best_model_at_end)
         if config.predictions_dir is not None and entry == task.name:  # written before result.json marks it done
+            record_pipeline_model(config.predictions_dir, config.model)
             write_pipeline_predictions(
                 predictions_folder(config.predictions_dir, config.model, entry), task, predictions, metrics
             )
@@ -383,6 +418,8 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
         for name in config.tasks:  # every task's files, before anything is written or any model loads
             if not _finished(glue_dir, TASKS[name]):
                 task_files(TASKS[name], folders)
+        if config.predictions_dir is not None:  # a results tree holding another model's is refused now
+            check_pipeline_model_dir(config.predictions_dir, config.model)
         if writes:
             glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
             save_config(config, runs.config_file(glue_dir, "finetune-glue"))

@@ -278,13 +278,16 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> Ne
     with runs.starting_trials(output_dir):
         save_config(config, runs.config_file(output_dir, "finetune-ner"))
         task = claim_next_trial(config)
-    with runs.naming_full_disk(output_dir):
-        while task is not None:
-            run_trial(config, data, *task, callbacks)
-            task = claim_next_trial(config)
-        # with the trials that other processes finished meanwhile
-        results = write_results(config, truncated, split_sizes(data))
-    refuse_unfinished_trials(config)
+    try:
+        with runs.naming_full_disk(output_dir):
+            while task is not None:
+                run_trial(config, data, *task, callbacks)
+                task = claim_next_trial(config)
+            # with the trials that other processes finished meanwhile
+            results = write_results(config, truncated, split_sizes(data))
+        refuse_unfinished_trials(config)
+    finally:
+        runs.remove_starting_lock(output_dir)
     return results
 
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
 with needs("data", "elc-bert pretrain"):
     import datasets
+
+logger = logging.getLogger(__name__)
 
 
 def corpus(entries: list, data_dir: Path, split: str, cache_dir=None, prepare: bool = False) -> datasets.Dataset:
@@ -208,12 +211,15 @@ class CheckpointsAreModels(TrainerCallback):
     `sparse_prediction`); and where the run keeps words-seen checkpoints (`checkpoint_words`), the model (no optimizer
     state) is saved as `words-<W>` once the training samples have shown W words (the first step reaching it; a
     milestone beyond the run's words gets no folder); `elc-bert push --revisions` pushes it as the BabyLM 2025
-    revision of W (`runs.layout.revision_name`: words-1M is chck_1M)."""
+    revision of W (`runs.layout.revision_name`: words-1M is chck_1M). `words_scale` (`checkpoint_words_scale`, a dry
+    run at toy scale) keeps `words-<W>` once the samples have shown W x words_scale words."""
 
-    def __init__(self, tokenizer, output_dir: Path, step_words: list[int] | None = None, milestones=()):
+    def __init__(
+        self, tokenizer, output_dir: Path, step_words: list[int] | None = None, milestones=(), words_scale: float = 1.0
+    ):
         self.tokenizer, self.output_dir = tokenizer, output_dir
         self.seen = np.cumsum(step_words) if step_words else None
-        self.milestones = sorted(milestones)
+        self.milestones, self.words_scale = sorted(milestones), words_scale
 
     def on_save(self, args, state, control, **kwargs):
         folder = self.output_dir / f"checkpoint-{state.global_step}"
@@ -232,7 +238,7 @@ class CheckpointsAreModels(TrainerCallback):
         step = state.global_step
         for words in self.milestones:
             before = self.seen[step - 2] if step >= 2 else 0
-            if before < words <= self.seen[step - 1]:
+            if before < words * self.words_scale <= self.seen[step - 1]:
                 self.save_model(model, words, int(self.seen[step - 1]), step)
 
     def save_model(self, model, words: int, seen: int, step: int) -> None:
@@ -247,8 +253,28 @@ class CheckpointsAreModels(TrainerCallback):
         finally:
             model.config.sparse_prediction = sparse
         save_tokenizer(self.tokenizer, scratch)
-        (scratch / runs.WORDS_SEEN).write_text(json.dumps({"words": seen, "milestone": words, "step": step}) + "\n")
+        record = {"words": seen, "milestone": words, "step": step}
+        if self.words_scale != 1:  # a dry run: the milestone's name is not the words it saw
+            record["checkpoint_words_scale"] = self.words_scale
+        (scratch / runs.WORDS_SEEN).write_text(json.dumps(record) + "\n")
         scratch.rename(folder)
+
+
+def _warn_unreached_milestones(config: PretrainConfig, step_words: list[int]) -> None:
+    """Warns, before training, when the run's steps show fewer words than its first `checkpoint_words` milestone: it
+    would end without a words-seen checkpoint (those beyond the run's words get none, `CheckpointsAreModels`)."""
+    if not config.checkpoint_words:
+        return
+    first, seen = min(config.checkpoint_words), sum(step_words)
+    if seen < first * config.checkpoint_words_scale:
+        logger.warning(
+            "checkpoint_words: the run's %d steps show %s words, fewer than its first milestone %s (%s): it will keep "
+            "no words-seen checkpoint. Raise max_steps (or batch_size) to keep them",
+            config.max_steps,
+            f"{seen:,}",
+            f"{round(first * config.checkpoint_words_scale):,}",
+            words_checkpoint(config.output_dir, first).name,
+        )
 
 
 def _optimizers(config: PretrainConfig, model) -> tuple:
@@ -346,10 +372,12 @@ def pretrain(config: PretrainConfig) -> dict:
 
 
 def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
+    checkpoint = runs.last_checkpoint(output_dir)  # (one that cannot be resumed is refused before the data is read)
     # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
     with args.main_process_first(desc="data preparation"):
         tokenizer, phases, validation = _prepared_data(config, output_dir)
     train_dataset, step_tokens, step_words, real_token_share = _train_rows(config, tokenizer, phases, parts)
+    _warn_unreached_milestones(config, step_words)
     step_sequences = [phase.batch_size for phase in phases for _ in range(phase.steps)]
     eval_rows = None if validation is None else validation_rows(validation, config.batch_size, config.max_eval_samples)
     torch.manual_seed(config.seed)
@@ -364,10 +392,11 @@ def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
         callbacks=[
             CadenceFromArguments(),  # a resume may change how often it checkpoints (PretrainConfig.may_change)
             StopOnNonFiniteLoss(),
-            CheckpointsAreModels(tokenizer, output_dir, step_words, config.checkpoint_words),
+            CheckpointsAreModels(
+                tokenizer, output_dir, step_words, config.checkpoint_words, config.checkpoint_words_scale
+            ),
         ],
     )
-    checkpoint = runs.last_checkpoint(output_dir)
     first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
     result = trainer.train(resume_from_checkpoint=checkpoint)
     metrics = _throughput(dict(result.metrics), step_sequences, step_tokens, first_step)
