@@ -2,15 +2,21 @@
 (`prepare_corpus: false` / `true`), then BLiMP fast for every run, a table and the loss curves.
 
     OMP_NUM_THREADS=1 python scripts/prepared_vs_raw.py configs/experiments/prepared_vs_raw.yaml [--runs raw-seed42]
+    OMP_NUM_THREADS=1 python scripts/prepared_vs_raw.py configs/experiments/prepared_vs_raw.yaml --words-seen
 
 With --runs only the named runs (raw-seed42, prepared-seed42, ... for the plan's seeds) are trained, so that several
 processes can train them side by side; the report needs all. A run that stopped resumes from its last checkpoint; a
 finished one is not trained again. Writes `results.md`, `results.json` and `loss_curves.png` into the config's
 results_dir.
+
+With --words-seen nothing is trained: each run's training samples are built as the pretrain job builds them and the
+words they show over the run's steps are printed (a run without its folder trains its tokenizer in a scratch folder:
+a minute or two each).
 """
 
 import argparse
 import json
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -19,8 +25,8 @@ from elc_bert import plots
 from elc_bert.evaluation.blimp import evaluate_blimp
 from elc_bert.job_configs import PretrainConfig
 from elc_bert.pretrained import load_model
-from elc_bert.runs import METRICS
-from elc_bert.training.pretrain import pretrain
+from elc_bert.runs import METRICS, TOKENIZER
+from elc_bert.training.pretrain import pretrain, step_words
 
 CORPORA = {"raw": False, "prepared": True}
 
@@ -30,13 +36,26 @@ def run_names(plan: dict) -> dict[str, tuple[bool, int]]:
     return {f"{corpus}-seed{seed}": (prepare, seed) for seed in plan["seeds"] for corpus, prepare in CORPORA.items()}
 
 
-def train(plan: dict, name: str) -> Path:
-    output_dir = Path(plan["runs_dir"]) / name
+def run_config(plan: dict, name: str) -> PretrainConfig:
     prepare, seed = run_names(plan)[name]
-    if not (output_dir / METRICS).is_file():
-        options = {**plan["pretrain"], "output_dir": str(output_dir), "prepare_corpus": prepare, "seed": seed}
-        pretrain(PretrainConfig(**options))
-    return output_dir
+    output_dir = str(Path(plan["runs_dir"]) / name)
+    return PretrainConfig(**{**plan["pretrain"], "output_dir": output_dir, "prepare_corpus": prepare, "seed": seed})
+
+
+def train(plan: dict, name: str) -> Path:
+    config = run_config(plan, name)
+    if not (Path(config.output_dir) / METRICS).is_file():
+        pretrain(config)
+    return Path(config.output_dir)
+
+
+def words_seen(config: PretrainConfig) -> int:
+    """The words (as released, BabyLM's count) that the run's training samples show over its steps (`step_words`).
+    The tokenizer is the run's when its folder has one, else one trained the same way in a scratch folder (the run
+    folder is left as it is: a later training would take a tokenizer found there as its own)."""
+    output_dir = Path(config.output_dir)
+    with tempfile.TemporaryDirectory() as scratch:
+        return sum(step_words(config, output_dir if (output_dir / TOKENIZER).is_dir() else Path(scratch)))
 
 
 def blimp_fast(plan: dict, run: Path) -> dict:
@@ -67,6 +86,7 @@ def report(plan: dict) -> None:
             "corpus_token_share": final["corpus_token_share"],
             "repeated_token_share": final["repeated_token_share"],
             "real_token_share": final["real_token_share"],
+            "words_seen": words_seen(run_config(plan, name)),
         }
         for split, key in (("train", "loss"), ("validation", "eval_loss")):
             steps = [entry["step"] for entry in history if key in entry]
@@ -75,12 +95,12 @@ def report(plan: dict) -> None:
             f"| {name} | {final['train_loss']:.3f} | {final.get('eval_loss', float('nan')):.3f} | "
             f"{100 * blimp['overall']:.1f} ({100 * low:.1f}-{100 * high:.1f}) | "
             f"{100 * final['corpus_token_share']:.2f}% | {100 * final['repeated_token_share']:.2f}% | "
-            f"{100 * final['real_token_share']:.1f}% |"
+            f"{100 * final['real_token_share']:.1f}% | {summary[name]['words_seen']:,} |"
         )
     table = [
         "| run | training loss | validation loss | BLiMP fast (%, pooled 95% interval) | tokens reaching a sample | "
-        "repeated | real-token share |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "repeated | real-token share | words seen |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
     ]
     (results_dir / "results.md").write_text("\n".join(table) + "\n", encoding="utf-8")
@@ -93,11 +113,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", help="the experiment's YAML file")
     parser.add_argument("--runs", nargs="+", help="train only these runs (e.g. raw-seed42), no report")
+    parser.add_argument(
+        "--words-seen", action="store_true", help="train nothing: print the words each run's samples show"
+    )
     args = parser.parse_args()
     plan = yaml.safe_load(Path(args.plan).read_text(encoding="utf-8"))
     unknown = sorted(set(args.runs or ()) - set(run_names(plan)))
     if unknown:
         parser.error(f"unknown runs {unknown}: the plan's are {sorted(run_names(plan))}")
+    if args.words_seen:
+        for name in args.runs or run_names(plan):
+            print(f"{name}: {words_seen(run_config(plan, name)):,} words seen")
+        return
     for name in args.runs or run_names(plan):
         train(plan, name)
     if not args.runs:

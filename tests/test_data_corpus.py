@@ -262,3 +262,29 @@ def test_byte_order_mark_is_dropped(tmp_path):
     with gzip.open(tmp_path / "bom.jsonl.gz", "wt", encoding="utf-8-sig") as handle:
         handle.write(json.dumps({"label": 1}) + "\n")
     assert list(read_jsonl(tmp_path / "bom.jsonl.gz")) == [(1, {"label": 1})]
+
+
+def test_linked_folders_are_read_once_and_link_cycles_end(tmp_path, caplog):
+    """A link to a folder inside a corpus folder is read (Python 3.11's `Path.rglob` skipped it without a word); a
+    link back up the tree, or to a folder read already, is skipped with a warning instead of reading files twice (or
+    forever); a broken link is refused by name."""
+    from elc_bert.models.errors import InputError
+
+    corpus_folder, elsewhere = tmp_path / "corpus", tmp_path / "disk" / "gutenberg"
+    corpus_folder.mkdir()
+    elsewhere.mkdir(parents=True)
+    (corpus_folder / "cbt.train").write_text("Here .\n")
+    (elsewhere / "gutenberg.train").write_text("There .\n")
+    (corpus_folder / "linked").symlink_to(elsewhere)
+    (elsewhere / "up").symlink_to(tmp_path / "disk")  # a cycle through the linked folder
+    (corpus_folder / "again").symlink_to(corpus_folder)  # a cycle on the corpus folder itself
+    with caplog.at_level(logging.WARNING, logger="elc_bert.data.text"):
+        files = corpus_files(corpus_folder, "train")
+    assert files == [corpus_folder / "cbt.train", corpus_folder / "linked" / "gutenberg.train"]
+    assert f"{corpus_folder / 'again'}: skipped, a link to the folder {corpus_folder}, searched already" in caplog.text
+    assert f"{corpus_folder / 'linked' / 'up' / 'gutenberg'}: skipped" in caplog.text
+    documents = document_dataset(corpus_folder, cache_dir=tmp_path / "cache")
+    assert documents["sentences"] == [["Here ."], ["There ."]]
+    (corpus_folder / "moved").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(InputError, match=r"moved: a broken symbolic link \(to .*nowhere\) in the folder"):
+        corpus_files(corpus_folder, "train")

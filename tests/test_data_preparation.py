@@ -205,6 +205,31 @@ def test_words_seen_equal_on_raw_and_prepared_text(tmp_path):
     assert prepared_words != words
 
 
+@pytest.mark.parametrize("prepare", [False, True])
+def test_step_words_of_whole_epochs_are_the_corpus_words(tmp_path, prepare):
+    """`pretrain.step_words` (what a run's steps show, built without training, for `prepared_vs_raw.py
+    --words-seen`): steps covering the samples exactly twice show the words of the text as released twice, raw or
+    prepared; the tokenizer is trained in the folder given."""
+    from elc_bert.data.tokenizer import load_tokenizer
+    from elc_bert.job_configs import PretrainConfig
+    from elc_bert.training.pretrain import step_words
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "aochildes.train").write_text("hi .\nhi .\nwhere 's the ball ?\nthere it is . look !\n" * 5)
+    (folder / "gutenberg.train").write_text("The cat\nsat on\nthe mat.\n\n\nChapter 2\n\nIt ran. It hid.\n" * 5)
+    words = sum(len(line.split()) for path in folder.iterdir() for line in read_lines(path))
+    options = dict(data_dir=str(tmp_path), train_files=["corpus"], prepare_corpus=prepare, seq_length=16)
+    options.update(preset="tiny", vocab_size=300, min_frequency=1, batch_size=1, data_cache_dir=str(tmp_path / "cache"))
+    first = step_words(PretrainConfig(output_dir="unused", max_steps=1, **options), tmp_path / "run")
+    assert len(first) == 1 and (tmp_path / "run" / "tokenizer").is_dir()
+    documents = document_dataset(folder, cache_dir=tmp_path / "cache", prepare=prepare)
+    samples = len(packed_samples(documents, load_tokenizer(tmp_path / "run" / "tokenizer"), 16, progress=False))
+    assert samples > 4
+    seen = step_words(PretrainConfig(output_dir="unused", max_steps=2 * samples, **options), tmp_path / "run")
+    assert len(seen) == 2 * samples and sum(seen) == 2 * words
+
+
 def test_bad_input(tmp_path, monkeypatch):
     folder = tmp_path / "corpus"
     folder.mkdir()
@@ -452,6 +477,23 @@ def test_a_broken_link_in_an_input_folder_is_refused(tmp_path):
     with pytest.raises(InputError, match="a broken symbolic link"):
         prepare_corpus([folder / "train_100M"], tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_linked_folder_in_an_input_folder_is_prepared(tmp_path, caplog):
+    """`prepare-corpus FOLDER` reads a linked sub-folder as the user sees it (Python 3.11's `Path.rglob` skipped it
+    without a word), its files under the link's name; a link cycle is skipped with a warning."""
+    folder, elsewhere = tmp_path / "corpus", tmp_path / "disk" / "dev"
+    folder.mkdir()
+    elsewhere.mkdir(parents=True)
+    (folder / "cbt.train").write_text("It 's here .\n")
+    (elsewhere / "cbt.dev").write_text("It 's there .\n")
+    (folder / "dev").symlink_to(elsewhere)
+    (elsewhere / "back").symlink_to(folder)
+    with caplog.at_level(logging.WARNING):
+        prepared = prepare_corpus([folder], tmp_path / "out", progress=False)
+    assert [entry.output for entry in prepared] == ["cbt.train", "dev/cbt.dev"]
+    assert read_lines(tmp_path / "out" / "dev" / "cbt.dev") == ["It's there.[PAR]"]
+    assert f"{folder / 'dev' / 'back'}: skipped, a link to the folder {folder}, searched already" in caplog.text
 
 
 def test_the_output_folder_may_be_a_link(tmp_path):

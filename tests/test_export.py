@@ -70,6 +70,7 @@ def test_export_folder_contents(exported):
         "configuration_elc_bert.py",
         "modeling_elc_bert.py",
         "layer_plans.py",
+        "autograd_functions.py",
         "feature_cache.py",
         "errors.py",
         "transformers_compat.py",

@@ -16,6 +16,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenize
 
 from elc_bert import (
     ElcBertConfig,
+    ElcBertForMaskedLM,
     ElcBertForTokenClassification,
     LayerFusionConfig,
     LayerFusionForTokenClassification,
@@ -300,6 +301,62 @@ def test_token_classification_on_raw_text_keeps_the_words_apart(tmp_path):
                 # word when a space precedes it) makes the punctuation after a word part of it: "New York."
                 got = [(text[e["start"] : e["end"]].rstrip(".,"), e["entity_group"]) for e in found]
                 assert got == entities, (name, strategy, text, found)
+
+
+def test_pipelines_present_words_as_roberta_does(tmp_path):
+    """Issue 68 asked to strip the space that starts a `word` (" George Washington") and a `token_str`. RoBERTa's
+    pipelines keep it too: a byte-level BPE tokenizer trained on the same lines, loaded as `RobertaTokenizerFast` with
+    `add_prefix_space=True` (ours always adds it, as the reference recipe does), gives the same words, spaces
+    included, in token classification (oracle logits, as above) and the same `token_str` in fill-mask."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaForTokenClassification, RobertaTokenizerFast
+
+    lines = SAMPLE.read_text(encoding="utf-8").splitlines()[:3000]
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(lines, 500, 2, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.save_model(str(tmp_path))
+    roberta = RobertaTokenizerFast.from_pretrained(tmp_path, add_prefix_space=True)
+    ours = train_tokenizer(lines, 500, 2)
+    size = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    labels = dict(
+        num_labels=len(RAW_LABELS),
+        id2label=dict(enumerate(RAW_LABELS)),
+        label2id={name: i for i, name in enumerate(RAW_LABELS)},
+    )
+    models_of = {
+        "roberta": (
+            RobertaForTokenClassification(RobertaConfig(vocab_size=len(roberta), pad_token_id=1, **size, **labels)),
+            RobertaForMaskedLM(RobertaConfig(vocab_size=len(roberta), pad_token_id=1, **size)),
+        ),
+        "ours": (
+            ElcBertForTokenClassification(ElcBertConfig(vocab_size=len(ours), **size, **labels)),
+            ElcBertForMaskedLM(ElcBertConfig(vocab_size=len(ours), **size)),
+        ),
+    }
+    words, token_strs = {}, {}
+    for name, tokenizer in (("roberta", roberta), ("ours", ours)):
+        tagger_model, mlm = models_of[name]
+        oracle = dict(_raw_oracle(tokenizer, text, entities) for text, entities in RAW_TEXT)
+        tagger_model.eval().register_forward_hook(
+            lambda module, args, kwargs, output, oracle=oracle: output.__setitem__(
+                "logits", oracle[tuple(kwargs["input_ids"][0].tolist())][None]
+            ),
+            with_kwargs=True,
+        )
+        tagger = pipeline("token-classification", model=tagger_model, tokenizer=tokenizer)
+        words[name] = [
+            [(e["word"], e["start"], e["end"]) for e in tagger(text, aggregation_strategy=strategy)]
+            for strategy in ("simple", "first", "max")
+            for text, _ in RAW_TEXT
+        ]
+        fill = pipeline("fill-mask", model=mlm.eval(), tokenizer=tokenizer)
+        token_strs[name] = [
+            fill(f"He went to {tokenizer.mask_token} city .", targets=[target])[0]["token_str"]
+            for target in ("Ġthe", "Ġof")
+        ]
+    assert words["ours"] == words["roberta"]
+    assert words["ours"][0] == [(" George Washington", 0, 17), (" New York", 48, 56)]
+    assert token_strs["ours"] == token_strs["roberta"] == [" the", " of"]
 
 
 def test_tokens_added_later_take_the_space_before_them(tmp_path):

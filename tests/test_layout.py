@@ -327,3 +327,18 @@ def test_finetune_ner_results_are_read_through_their_dataclasses():
             if named or n_entry:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "\n".join(found)
+
+
+def test_whether_a_name_is_a_hub_id_has_one_rule():
+    """"Is this a Hub id (owner/name)" is answered by `models.loading.is_hub_id` alone: no other module counts the
+    slashes of a name (`name.count("/") == 1`, `"/" in repo_id`) to decide it."""
+    pattern = re.compile(r"""\.count\(["']/["']\)|["']/["'] (not )?in """)
+    owner = PACKAGE / "models" / "loading.py"
+    found = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path != owner
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -38,7 +38,8 @@ from elc_bert import (
     ElcBertForTokenClassification,
     ElcBertModel,
 )
-from elc_bert.models.modeling_elc_bert import GatedNorm, RelativeBias, relative_position_buckets
+from elc_bert.models.autograd_functions import GatedNorm, RelativeBias
+from elc_bert.models.modeling_elc_bert import relative_position_buckets
 
 # ============================================================================== 2. numerics vs the naive reference
 NUMERIC_CASES = [
@@ -881,12 +882,13 @@ def _operators_of_a_training_step(layer_combination: str) -> int:
     return sum(model_operators.values())
 
 
-@pytest.mark.parametrize("layer_combination, ceiling", [("elc", 2786), ("residual", 2528)])
+@pytest.mark.parametrize("layer_combination, ceiling", [("elc", 2798), ("residual", 2540)])
 def test_operators_per_training_step_do_not_grow_back(layer_combination, ceiling):
     """Each operator is at least one kernel launch on a GPU, where these small models are launch-bound: the count of
     one training step stays at most what it is now (3,368 for ELC-BERT and 2,807 for LTG-BERT before the positional
     terms became one matrix product and one gather, and the layer mixture one matrix-vector product; 2,794 and 2,536
-    before the activations were cut: `GatedNorm`, `RelativeBias`)."""
+    before the activations were cut: `GatedNorm`, `RelativeBias`; 12 more since `GatedNorm`'s backward recomputes
+    through public autograd, one `detach` a block, a view that launches no kernel)."""
     assert _operators_of_a_training_step(layer_combination) <= ceiling
 
 

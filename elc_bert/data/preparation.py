@@ -28,7 +28,7 @@ import filelock
 
 from ..extras import needs
 from ..models.errors import InputError, InputExistsError, InputNotFoundError
-from .text import numbered_lines
+from .text import files_under, numbered_lines
 
 logger = logging.getLogger(__name__)
 
@@ -495,25 +495,18 @@ class PreparedFile:
 def corpus_inputs(inputs: Iterable[str | Path]) -> list[tuple[Path, str]]:
     """The files to prepare and the name each gets in the output folder: a file as given (its name without .gz), and
     under a folder every `*.train`, `*.dev` and `*.test` file (.gz too), at its path below the folder (a BabyLM
-    release's layout: train_10M/aochildes.train, dev/aochildes.dev). Two files with one output name are refused."""
+    release's layout: train_10M/aochildes.train, dev/aochildes.dev; linked folders searched too: `files_under`). Two
+    files with one output name are refused."""
     files: dict[str, Path] = {}
     for given in inputs:
         given = Path(given)
         if given.is_file():
             found = [(given, given.name)]
         elif given.is_dir():
-            listed = sorted(given.rglob("*"))
-            # A broken link may have been a corpus file or a folder of them: which, nothing here can tell.
-            broken = next((path for path in listed if path.is_symlink() and not path.exists()), None)
-            if broken is not None:
-                raise InputNotFoundError(
-                    f"{broken}: a broken symbolic link (to {broken.readlink()}) in the input folder {given}: "
-                    "mend or remove it"
-                )
             found = [
                 (path, path.relative_to(given).as_posix())
-                for path in listed
-                if path.is_file() and path.name.removesuffix(".gz").rpartition(".")[2] in _SPLITS
+                for path in files_under(given)
+                if path.name.removesuffix(".gz").rpartition(".")[2] in _SPLITS
             ]
             if not found:
                 raise InputNotFoundError(f"{given}: no *.train, *.dev or *.test files (.gz too) to prepare")

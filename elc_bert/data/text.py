@@ -1,11 +1,15 @@
 """Plain-text corpora for pretraining: BabyLM-style folders and single text files (plain or .gz)."""
 
 import gzip
+import logging
+import os
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..models.errors import InputError, InputNotFoundError
+
+logger = logging.getLogger(__name__)
 
 
 def read_text(path: str | Path) -> str:
@@ -52,15 +56,47 @@ def read_lines(path: str | Path) -> list[str]:
     return read_text(path).splitlines()
 
 
+def files_under(folder: str | Path) -> list[Path]:
+    """Every file under `folder`, searched recursively, sorted. Linked folders are searched too (`Path.rglob` before
+    Python 3.13 lists a link to a folder but never looks inside); a folder met a second time (a link back up the
+    tree, or to a folder searched already) is skipped with a warning, so that no file comes twice and a link cycle
+    ends. A broken link is refused (it may have been a file or a folder of them: nothing here can tell), and so is a
+    folder that cannot be listed."""
+    folder = Path(folder)
+
+    def unlisted(error: OSError):
+        raise InputError(f"{error.filename}: a folder under {folder} that cannot be listed ({error.strerror})")
+
+    searched = {os.path.realpath(folder): folder}
+    found = []
+    for root, folders, files in os.walk(folder, onerror=unlisted, followlinks=True):
+        for name in sorted(folders):
+            path = Path(root, name)
+            first = searched.setdefault(os.path.realpath(path), path)
+            if first != path:
+                logger.warning("%s: skipped, a link to the folder %s, searched already", path, first)
+                folders.remove(name)
+        folders.sort()
+        for name in files:
+            path = Path(root, name)
+            if path.is_symlink() and not path.exists():
+                raise InputNotFoundError(
+                    f"{path}: a broken symbolic link (to {path.readlink()}) in the folder {folder}: mend or remove it"
+                )
+            if path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
 def corpus_files(source: str | Path, split: str = "train") -> list[Path]:
     """The files of one split: a single file as given, or the `*.<split>` / `*.<split>.gz` files under a folder
-    (any subset of the BabyLM sources, searched recursively)."""
+    (any subset of the BabyLM sources, searched recursively, linked folders too: `files_under`)."""
     source = Path(source)
     if source.is_file():
         return [source]
     if not source.is_dir():
         raise InputNotFoundError(f"{source}: no such file or folder")
-    files = sorted(p for p in source.rglob("*") if p.is_file() and p.name.removesuffix(".gz").endswith(f".{split}"))
+    files = [path for path in files_under(source) if path.name.removesuffix(".gz").endswith(f".{split}")]
     if not files:
         raise InputNotFoundError(f"{source}: no '*.{split}' or '*.{split}.gz' files (the {split} split is missing)")
     return files

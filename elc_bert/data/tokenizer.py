@@ -124,7 +124,9 @@ def pipeline_ready(tokenizer: PreTrainedTokenizerFast) -> PreTrainedTokenizerFas
       that spans of token classification start at the word;
     - the decoder is the ByteLevel one alone: decoded text starts with the space in front of its first word (as
       RoBERTa's does), which is what lets a token-classification pipeline's `first`, `average` and `max` put the
-      words of an entity back together with their spaces ("George Washington"); strip it where it is not wanted.
+      words of an entity back together with their spaces ("George Washington"). So a pipeline's `word` and
+      `token_str` start with that space (" George Washington", " the"), as RoBERTa's do with `add_prefix_space`
+      (`tests/test_handoffs.py` compares them); strip it where it is not wanted.
 
     The ids of text without special or added tokens that does not end in spaces do not change. Returns a new tokenizer;
     `tokenizer` is not modified.

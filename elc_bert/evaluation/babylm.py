@@ -180,7 +180,7 @@ def resolve_data(data: str | Path) -> Path:
             raise InputNotADirectoryError(f"{data}: the evaluation data must be a folder")
         return path
 
-    if not is_hub_id(str(data)) or "/" not in str(data):  # a dataset id has an owner
+    if not is_hub_id(str(data), owner=True):  # a dataset id has an owner
         raise InputNotFoundError(f"{data}: no such folder (nor a Hub dataset id, which is owner/name)")
     from huggingface_hub import snapshot_download
 

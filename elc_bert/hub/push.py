@@ -18,6 +18,7 @@ from elc_bert import runs
 
 from ..job_configs import saved_config
 from ..models.errors import InputError, InputNotFoundError, InputPermissionError
+from ..models.loading import is_hub_id
 from ..runs.layout import (
     REVISION_RECORD,
     REVISION_WORDS,
@@ -47,7 +48,7 @@ def resolve_token(token: str | None = None) -> str:
 
 
 def check_repo_id(repo_id: str) -> None:
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+    if not is_hub_id(repo_id, owner=True):
         raise InputError(f"--repo-id must be USER/NAME (or ORG/NAME), got {repo_id!r}")
 
 

@@ -200,7 +200,7 @@ def base_model(run: Run) -> str | None:
     name = run.config.model
     if name in MODEL_ALIASES:
         return MODEL_ALIASES[name].hub_id
-    return name if name.count("/") == 1 and _read_from_hub(run, name, named_on_hub=True) else None
+    return name if is_hub_id(name, owner=True) and _read_from_hub(run, name, named_on_hub=True) else None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from ..models import PRESETS, ElcBertConfig
 from ..models.errors import InputError
 from ..runs.layout import TRACK_CHECKPOINT_WORDS
 from .fields import TRACKERS, check_fields, config_field, report_to_field, training_field
+from .layer_budget import LayerBudget
 
 SCHEDULE = "warmup_ratio and final_lr_ratio (the job's warm-up + cosine schedule)"
 INIT_FROM_SETS = ("preset", "tokenizer", "vocab_size", "min_frequency")  # what init_from's model and tokenizer set
@@ -108,6 +109,13 @@ class PretrainConfig:
         "real run",
         bounds="(0, 1]",
     )
+    layer_budget: dict = config_field(
+        {},
+        "a training budget by layer importance: {after_steps: W, freeze: k} measures each layer's leave-one-out "
+        "importance on the validation data after W steps and freezes the k least important layers' weights for the "
+        "rest of the run (optional: samples, seed of the measurement); {}: every layer trains throughout",
+        keys=LayerBudget,
+    )
     report_to: list[Literal[TRACKERS]] = report_to_field()
     training: dict = training_field()
     # A resumed run may change how it keeps checkpoints and reports, which does not change what it trains.
@@ -171,7 +179,25 @@ class PretrainConfig:
                 raise InputError("streaming has no long phase: set long_seq_length to null")
             if self.checkpoint_words:
                 raise InputError("checkpoint_words needs the words of each step, unknown ahead when streaming")
+        if self.layer_budget:
+            self._check_layer_budget()
         # The masking recipe is checked where it lives.
         SpanMaskingCollator(
             4, 3, 8, mask_p=self.mask_p, span_p=self.span_p, max_span=self.max_span, short_p=self.short_p
         )
+
+    def _check_layer_budget(self) -> None:
+        budget = LayerBudget(**self.layer_budget)
+        if budget.after_steps >= self.max_steps:
+            raise InputError(
+                f"layer_budget.after_steps {budget.after_steps} must be below max_steps {self.max_steps}: the layers "
+                "are frozen after it"
+            )
+        if not self.validation_files:
+            raise InputError("layer_budget measures layer importance on the validation data: set validation_files")
+        # (with init_from the depth is known once the model is loaded: the job checks it there)
+        layers = self.model.get("num_hidden_layers", PRESETS[self.preset]["num_hidden_layers"] if self.preset else None)
+        if layers is not None and budget.freeze >= layers:
+            raise InputError(
+                f"layer_budget.freeze {budget.freeze} must leave a layer training: the model has {layers} layers"
+            )

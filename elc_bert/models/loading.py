@@ -90,16 +90,17 @@ def cut_short_weights(folder) -> Path | None:
     return next((path for path in sorted(folder.glob("*.safetensors")) if not complete_safetensors(path)), None)
 
 
-def is_hub_id(name: str) -> bool:
-    """Whether `name` can be a Hub repository id (`owner/name`, or a legacy `name`), by `huggingface_hub`'s own rule
-    (`validate_repo_id`): a local path (starting with `.`, `/` or `~`, or with more than two parts) cannot."""
+def is_hub_id(name: str, owner: bool = False) -> bool:
+    """Whether `name` can be a Hub repository id (`owner/name`, or a legacy `name` unless `owner` is asked for), by
+    `huggingface_hub`'s own rule (`validate_repo_id`): a local path (starting with `.`, `/` or `~`, or with more than
+    two parts) cannot. The one rule for "is this a Hub id" that the package's layers read."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(name)
     except HFValidationError:
         return False
-    return True
+    return "/" in name or not owner
 
 
 def check_model_source(name) -> None:

@@ -22,6 +22,7 @@ from transformers import (
 from transformers.modeling_outputs import MaskedLMOutput, SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
+from .autograd_functions import WeightedSum  # noqa: F401  (see below)
 from .configuration_elc_bert import ElcBertConfig
 from .configuration_layer_fusion import FUSIONS, LayerFusionConfig
 from .errors import InputError
@@ -33,7 +34,8 @@ from .modeling_elc_bert import ElcBertModel, LayerStack, select_hidden_states, w
 from .transformers_compat import PreTrainedModel, can_return_tuple, create_bidirectional_mask, init
 
 # transformers before 5 copies into its module cache only the files that the entry file (this one) imports itself,
-# not what those import in turn: every model file the fusion models need is named above, layer_plans.py included.
+# not what those import in turn: every model file the fusion models need is named above, layer_plans.py and
+# autograd_functions.py included.
 
 
 @dataclass

@@ -19,12 +19,14 @@ from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..extras import needs, require
 from ..job_configs import PretrainConfig, save_config
+from ..job_configs.layer_budget import LayerBudget
 from ..models import ElcBertConfig, ElcBertForMaskedLM
 from ..models.errors import InputError
 from ..models.loading import check_weights_loaded, load_pretrained
 from ..plots import plot_curves
 from ..runs.layout import words_checkpoint
 from .arguments import CadenceFromArguments, StopOnNonFiniteLoss, training_arguments
+from .layer_budget import FreezeLeastImportantLayers, Importance, measurement_batches
 from .optim import Lamb, parameter_groups, warmup_cosine_schedule
 
 with needs("data", "elc-bert pretrain"):
@@ -205,6 +207,16 @@ def _train_rows(config: PretrainConfig, tokenizer, phases: list[Phase], parts: i
     return training_rows(phases, parts, config.seed, config.pack_rows, bool(config.checkpoint_words))
 
 
+def step_words(config: PretrainConfig, output_dir: Path) -> list[int]:
+    """The words (as released, BabyLM's count) that each step's samples show, from the samples and batches the run
+    of `config` trains on, built as `pretrain` builds them but without training; the tokenizer is the one in
+    `output_dir` (trained and saved there when absent, as the run does). Not known ahead when streaming."""
+    if config.streaming:
+        raise InputError("streaming: the words of each step are not known ahead")
+    _, phases, _ = _prepared_data(config, output_dir)
+    return training_rows(phases, 1, config.seed, config.pack_rows, count_words=True)[2]
+
+
 class CheckpointsAreModels(TrainerCallback):
     """Every folder a run keeps is a model that other code loads as it loads the final one: each `checkpoint-N`
     gets the run's tokenizer and a config.json whose MLM head returns B x T x V logits (the run trains with
@@ -351,9 +363,13 @@ def _save_run(trainer: Trainer, model, tokenizer, output_dir: Path, metrics: dic
     plot_curves(output_dir / runs.LOSS_PLOT, curves, "step", "MLM loss", "Pretraining")
 
 
-def pretrain(config: PretrainConfig) -> dict:
+def pretrain(config: PretrainConfig, layer_importance: Importance | None = None) -> dict:
     """Runs (or resumes) the pretraining run and returns its final metrics. Under `torchrun` or `accelerate launch`
-    the processes share every global batch of `batch_size` sequences; the main process writes the run's files."""
+    the processes share every global batch of `batch_size` sequences; the main process writes the run's files.
+    `layer_importance` measures the layers for `layer_budget` (the CLI passes the analysis layer's
+    `leave_one_out_importance`)."""
+    if config.layer_budget and layer_importance is None:
+        raise ValueError("layer_budget needs a layer_importance measure (analysis.layer_importance)")
     require("plots", what="elc-bert pretrain")  # its loss curve, drawn at the end
     if config.prepare_corpus:
         require("corpus", what="prepare_corpus")
@@ -363,15 +379,30 @@ def pretrain(config: PretrainConfig) -> dict:
     args = _training_arguments(config, output_dir, bool(config.validation_files))
     parts = args.world_size * args.gradient_accumulation_steps
     _check_batches(config, parts)
+    if config.layer_budget and args.world_size > 1:  # DDP expects a gradient for every parameter it was built with
+        raise InputError("layer_budget freezes layers while training: run it in one process (no torchrun)")
     # One process writes the folder (the main one under torchrun): a second run started on it is refused.
     with runs.hold_run_folder(output_dir, "pretrain", writes=args.should_save), runs.naming_full_disk(output_dir):
         if args.should_save:
             output_dir.mkdir(parents=True, exist_ok=True)
             save_config(config, runs.config_file(output_dir, "pretrain"))
-        return _train(config, args, output_dir, parts)
+        return _train(config, args, output_dir, parts, layer_importance)
 
 
-def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
+def _layer_budget(config: PretrainConfig, model, output_dir: Path, tokenizer, validation, importance) -> list:
+    """The callback of `layer_budget` (none when it is unset), measuring on a fixed sample of the validation data."""
+    if not config.layer_budget:
+        return []
+    budget = LayerBudget(**config.layer_budget)
+    layers = model.config.num_hidden_layers
+    if budget.freeze >= layers:  # (init_from: the depth is known here)
+        raise InputError(f"layer_budget.freeze {budget.freeze} must leave a layer training: the model has {layers}")
+    batches = measurement_batches(validation, tokenizer.pad_token_id, budget.samples)
+    flops_args = (config.batch_size, config.seq_length, config.mask_p)
+    return [FreezeLeastImportantLayers(budget, output_dir, importance, tokenizer, batches, flops_args)]
+
+
+def _train(config: PretrainConfig, args, output_dir: Path, parts: int, layer_importance=None) -> dict:
     checkpoint = runs.last_checkpoint(output_dir)  # (one that cannot be resumed is refused before the data is read)
     # The main process reads, tokenizes and packs first (into the datasets cache); the others then read the cache.
     with args.main_process_first(desc="data preparation"):
@@ -395,6 +426,7 @@ def _train(config: PretrainConfig, args, output_dir: Path, parts: int) -> dict:
             CheckpointsAreModels(
                 tokenizer, output_dir, step_words, config.checkpoint_words, config.checkpoint_words_scale
             ),
+            *_layer_budget(config, model, output_dir, tokenizer, validation, layer_importance),
         ],
     )
     first_step = int(Path(checkpoint).name.split("-")[-1]) if checkpoint else 0
