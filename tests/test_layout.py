@@ -330,7 +330,7 @@ def test_finetune_ner_results_are_read_through_their_dataclasses():
 
 
 def test_whether_a_name_is_a_hub_id_has_one_rule():
-    """"Is this a Hub id (owner/name)" is answered by `models.loading.is_hub_id` alone: no other module counts the
+    """ "Is this a Hub id (owner/name)" is answered by `models.loading.is_hub_id` alone: no other module counts the
     slashes of a name (`name.count("/") == 1`, `"/" in repo_id`) to decide it."""
     pattern = re.compile(r"""\.count\(["']/["']\)|["']/["'] (not )?in """)
     owner = PACKAGE / "models" / "loading.py"
