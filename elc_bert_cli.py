@@ -28,8 +28,8 @@ JOBS = {
 PAINTERS_STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel", "looped_parallel")
 
 # `elc-bert collate --track` and `--backend`: the BabyLM 2025 pipeline's text tracks and zero-shot backends, refused
-# here at once when misspelt. `elc_bert.evaluation.collate` owns them (`TRACKS`, `BACKENDS`); tests/test_cli.py holds
-# these copies equal to them.
+# here at once when misspelt. `elc_bert.runs.layout.TRACKS` and `elc_bert.evaluation.collate.BACKENDS` own them;
+# tests/test_cli.py holds these copies equal to them.
 # `elc-bert analyze --recovery-*`: the recovery run's closed choices; `elc_bert.analysis.recovery` owns them
 # (`OPTIMIZERS`, `TRAINED`, `RESETS`; tests/test_recovery.py holds these copies equal to them). Its defaults live there
 # too: a flag left out is not passed on.

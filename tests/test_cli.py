@@ -363,7 +363,8 @@ def test_collate_tracks_and_backends_are_checked_by_the_parser():
     assert "argument --backend: invalid choice: 'mlmm'" in done.stderr
 
     import elc_bert_cli
-    from elc_bert.evaluation.collate import BACKENDS, TRACKS
+    from elc_bert.evaluation.collate import BACKENDS
+    from elc_bert.runs.layout import TRACKS
 
     assert (elc_bert_cli.COLLATE_TRACKS, elc_bert_cli.COLLATE_BACKENDS) == (TRACKS, BACKENDS)
 

@@ -23,7 +23,8 @@ from scipy.stats import spearmanr
 
 from elc_bert import InputError
 from elc_bert.evaluation import babylm
-from elc_bert.evaluation.collate import PIPELINE_COUNTS, ItemCounts, collate, fast_revisions
+from elc_bert.evaluation.collate import PIPELINE_COUNTS, ItemCounts, collate
+from elc_bert.runs.layout import track_revisions
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "babylm_eval_2025"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data is not beside the repository")
@@ -272,13 +273,13 @@ def test_the_revisions_are_the_pipelines():
     small = [f"chck_{i}M" for i in range(1, 10)] + [f"chck_{i * 10}M" for i in range(1, 11)]
     other = [f"chck_{i}M" for i in range(1, 10)] + [f"chck_{i * 10}M" for i in range(1, 10)]
     other += [f"chck_{i * 100}M" for i in range(1, 11)]
-    assert fast_revisions("strict-small") == small and len(small) == 19
-    assert fast_revisions("strict") == other == fast_revisions("interaction") and len(other) == 28
-    assert fast_revisions("strict", up_to="chck_20M") == small[:11]  # "up until the one you trained" (the README)
+    assert track_revisions("strict-small") == small and len(small) == 19
+    assert track_revisions("strict") == other == track_revisions("interaction") and len(other) == 28
+    assert track_revisions("strict", up_to="chck_20M") == small[:11]  # "up until the one you trained" (the README)
     with pytest.raises(InputError, match="chck_200M"):
-        fast_revisions("strict-small", up_to="chck_200M")
+        track_revisions("strict-small", up_to="chck_200M")
     with pytest.raises(InputError, match="multimodal.*vision"):
-        fast_revisions("multimodal")
+        track_revisions("multimodal")
 
 
 def test_a_complete_tree_collates_to_the_pipelines_file(tree):

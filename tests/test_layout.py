@@ -239,8 +239,9 @@ def test_the_cli_imports_point_one_way_and_a_job_is_declared_once():
     answers at once), the package's runners (`elc_bert.cli`, which imports the parser) and the console script
     (`elc_bert_main`, the one module that imports both): the parser imports nothing of the runners, not even inside a
     function, and the package nothing of the console script. Each question about a command has one table: the parser
-    declares it; `elc_bert.cli.RUNNERS` runs it (no `if` chain on its name); a job's config file is
-    `runs.JOB_CONFIGS`, from which `job_configs.CONFIG_CLASSES` is derived, not written again."""
+    declares it; `elc_bert.cli.RUNNERS` runs it (no `if` chain on its name); a job is declared once, by its config
+    class's `job` (`job_configs.CONFIG_CLASSES` derives from the classes, `runs.config_file` names the file by rule):
+    no module keeps a table keyed by the jobs but the runners'."""
     from collections import Counter
 
     import elc_bert_cli
@@ -272,21 +273,22 @@ def test_the_cli_imports_point_one_way_and_a_job_is_declared_once():
 
     commands = set(elc_bert_cli.build_parser()._subparsers._group_actions[0].choices)
     assert set(getattr(cli, "RUNNERS", {})) == commands, "each command of the parser has a runner, and nothing else"
-    assert set(elc_bert_cli.JOBS) == set(runs.JOB_CONFIGS) == set(CONFIG_CLASSES)
+    assert set(elc_bert_cli.JOBS) == set(CONFIG_CLASSES)
+    assert all(name == cls.job for name, cls in CONFIG_CLASSES.items())
     keys, compared = [], []  # (command, file) of each dict key that names a command; comparisons with one
-    for name in ("cli.py", "runs/layout.py", "job_configs/__init__.py"):
+    for name in [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))]:
         for node in ast.walk(ast.parse((PACKAGE / name).read_text(encoding="utf-8"))):
             if isinstance(node, ast.Dict):
                 keys += [
                     (key.value, name) for key in node.keys if isinstance(key, ast.Constant) and key.value in commands
                 ]
-            if isinstance(node, ast.Compare):
+            if isinstance(node, ast.Compare) and name in ("cli.py", "runs/layout.py", "job_configs/__init__.py"):
                 operands = [node.left, *node.comparators]
                 if any(isinstance(operand, ast.Constant) and operand.value in commands for operand in operands):
                     compared.append(f"{name}:{node.lineno}: {ast.unparse(node)}")
     assert not compared, "an if chain on the command: " + "; ".join(compared)
     assert Counter(command for command, name in keys if name == "cli.py") == Counter(commands)  # RUNNERS alone
-    assert Counter(command for command, name in keys if name != "cli.py") == Counter(list(elc_bert_cli.JOBS))  # one map
+    assert [key for key in keys if key[1] != "cli.py"] == []  # no other table of the jobs
 
 
 def test_finetune_ner_results_are_read_through_their_dataclasses():
@@ -341,4 +343,90 @@ def test_whether_a_name_is_a_hub_id_has_one_rule():
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if pattern.search(line)
     ]
+    assert not found, "\n".join(found)
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of `tree` that are code, not docstrings."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+    ]
+
+
+def test_babylm_tasks_are_one_registration_each():
+    """A BabyLM task is one `Task` in `evaluation.babylm.TASKS`: how it is read, checked, scored and summed up, its
+    predictions, summary columns and part of a submission are its methods and fields. So no module of the package
+    compares a task's name, submission key or kind of metric with a string literal (`task == "comps"`,
+    `part.key in ("wug_adj", "wug_past")`, `metric == "reading"`) or keys a table by the kind of metric, and outside
+    the registration no code names a task's data folder (collate's own table of parts was one)."""
+    from elc_bert.evaluation.babylm import TASKS
+
+    tasks = list(TASKS.values())
+    words = {task.name for task in tasks} | {task.key for task in tasks} | {task.metric for task in tasks}
+    folders = {folder for task in tasks for folder in task.folders} - words
+    folders |= {task.collated(fast).as_posix() for task in tasks for fast in (False, True)} - words
+    # The kinds that are no task's name ("accuracy" also keys GLUE's tables of metrics)
+    kinds = {task.metric for task in tasks} - {task.name for task in tasks} - {"accuracy"}
+    assert {"reading", "spearman", "blimp_supplement"} <= words and "blimp_fast" in folders and "spearman" in kinds
+    registry = PACKAGE / "evaluation" / "babylm.py"
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(PACKAGE)
+        registration = set()
+        for node in ast.walk(tree):
+            if path == registry and isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "TASKS":
+                registration = {id(inner) for inner in ast.walk(node)}
+            if isinstance(node, ast.Compare):
+                operands = [node.left, *node.comparators]
+                collections = [op for op in operands if isinstance(op, (ast.Tuple, ast.List, ast.Set))]
+                operands += [item for op in collections for item in op.elts]
+                if any(isinstance(op, ast.Constant) and op.value in words for op in operands):
+                    found.append(f"{where}:{node.lineno} compares task names: {ast.unparse(node)}")
+            if isinstance(node, ast.Dict) and any(
+                isinstance(key, ast.Constant) and key.value in kinds for key in node.keys
+            ):
+                found.append(f"{where}:{node.lineno} keys a table by the kind of metric: {ast.unparse(node)[:80]}")
+        found += [
+            f"{where}:{node.lineno} names the data folder {node.value!r}"
+            for node in _code_strings(tree)
+            if node.value in folders and id(node) not in registration
+        ]
+    assert not found, "\n".join(found)
+
+
+def test_babylm_rules_are_stated_once():
+    """The BabyLM 2025 rules (the text tracks, the words seen of the checkpoint revisions each is scored on, and the
+    revisions' names) are stated in `runs/layout.py` alone: no other module of the package builds a revision name
+    (an f-string starting with `REVISION_PREFIX`) or lists tracks (a tuple, list, set or dict of two or more, and of
+    nothing else), and collate's revisions are the rules' (`track_revisions`, `revision_name`)."""
+    from elc_bert.runs import layout
+
+    assert layout.TRACKS == ("strict-small", "strict", "interaction")
+    for track in layout.TRACKS:
+        assert layout.track_revisions(track) == [layout.revision_name(w) for w in layout.TRACK_WORDS[track]]
+    owner = PACKAGE / "runs" / "layout.py"
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == owner:
+            continue
+        where = path.relative_to(PACKAGE)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            first = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else None
+            if isinstance(first, ast.Constant) and str(first.value).startswith(layout.REVISION_PREFIX):
+                found.append(f"{where}:{node.lineno} builds a revision name: {ast.unparse(node)}")
+            items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else []
+            items = node.keys if isinstance(node, ast.Dict) else items
+            names = [item.value for item in items if isinstance(item, ast.Constant)]
+            if len(names) >= 2 and set(names) <= set(layout.TRACKS):  # (model sizes named after tracks hold others)
+                found.append(f"{where}:{node.lineno} lists tracks: {ast.unparse(node)[:80]}")
     assert not found, "\n".join(found)

@@ -22,7 +22,8 @@ from helpers import MILESTONES, REPO, write_reading_csv
 from elc_bert.cli import main as cli_main
 from elc_bert.data.glue import TASKS as GLUE
 from elc_bert.evaluation import reading
-from elc_bert.evaluation.collate import GLUE_TASKS, PARTS, ItemCounts, collate
+from elc_bert.evaluation.babylm import TASKS
+from elc_bert.evaluation.collate import GLUE_TASKS, ItemCounts, collate
 
 MODEL = "my-babylm"
 REVISIONS = list(MILESTONES)  # chck_1M, chck_2M, chck_3M: strict-small up to chck_3M
@@ -201,7 +202,7 @@ def test_the_submission_guide_runs_end_to_end(tmp_path, monkeypatch, capsys):
 
     assert out == Path("results", MODEL, "all_full_preds_and_fast_scores_mlm.json")
     submission = json.loads(out.read_text())
-    keys = [part.key for part in PARTS]
+    keys = [task.key for task in TASKS.values()]
     assert list(submission) == [*keys, "aoa", "glue", "fast_eval_results"]
     for key in keys:
         required = counts.full[key]
@@ -209,7 +210,7 @@ def test_the_submission_guide_runs_end_to_end(tmp_path, monkeypatch, capsys):
         assert {uid.lower() for uid in submission[key]} == uids, key
     assert submission["aoa"] == aoa and sorted(submission["glue"]) == sorted(GLUE_TASKS)
     fast = submission["fast_eval_results"]
-    assert list(fast) == [part.key for part in PARTS if part.fast]
+    assert list(fast) == [task.key for task in TASKS.values() if task.on_revisions]
     assert all(len(scores) == len(REVISIONS) for scores in fast.values())
     assert all(set(scores) == {"spr", "rt"} for scores in fast["reading"])
     # each revision's fast BLiMP score (accuracy per UID, a fraction) is eval-babylm's (in percent)

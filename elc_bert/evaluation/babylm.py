@@ -27,8 +27,8 @@ fewer than two candidates name the file, the line and the field.
 Everything goes into the pipeline's results tree, under one model's folder of the results root (`--out`, the
 pipeline's `results/`): the predictions where the pipeline writes them and `collate_preds.py` reads them,
 <results>/<model name>/<revision>/zero_shot/<mlm|causal>/<task's --task>/<data folder>/predictions.json
-(`official_folder`), keyed by UID; our every metric in <results>/<model name>/<revision>/eval-babylm/<task>.json; the
-summary in <results>/<model name>/summary.md and .json.
+(`Task.official_folder`), keyed by UID; our every metric in
+<results>/<model name>/<revision>/eval-babylm/<task>.json; the summary in <results>/<model name>/summary.md and .json.
 """
 
 import json
@@ -38,8 +38,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
-from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 from ..data.jsonl import read_jsonl
 from ..extras import needs, require
@@ -49,6 +49,7 @@ from ..runs.layout import (
     EVAL_BABYLM_RESULTS,
     EVAL_BABYLM_SUMMARY,
     PIPELINE_MODEL_RECORD,
+    PIPELINE_PREDICTIONS,
     REVISION_RECORD,
     check_pipeline_model_dir,
     record_pipeline_model,
@@ -145,30 +146,236 @@ def _comps(record, path: Path, where: str) -> Item:
 
 @dataclass(frozen=True)
 class Task:
-    """A zero-shot task: the folders that may hold it (full, fast), how a record becomes an Item (None: the reading
-    task, read by `reading.read_reading`), the official pipeline's name for it (its `--task`, the folder it writes
-    under), its metric ("accuracy", "entity_tracking", "spearman" or "reading") and the names of its files."""
+    """A zero-shot task of candidates, whole: what eval-babylm (read, check, score, predictions, summary) and `collate`
+    (the part of a submission, its fast score) ask of it; `TASKS` registers each once. The subclasses are the kinds
+    whose metric differs (entity tracking, the wug tests, reading).
 
+    `name`: eval-babylm's; `folders`: the data folders that may hold it, full then fast (one where the fast set is
+    the full one); `official`: the official pipeline's name for it (its `--task`, the folder it writes under);
+    `column`: its summary column; `reader`: how a record becomes an Item (record, path, "file:line"); `key`: its key
+    in a submission (default: its name); `answer`: the fast data's field holding the right answer (collate's fast
+    accuracy); `on_revisions`: the checkpoint revisions are scored on its fast set; `fast_from_full`: the fast set is
+    (part of) the full one, so collate reads it from the full_eval/ folder where the fast copy is absent;
+    `pred_is_sentence`: predictions.json's "pred" is the chosen sentence, not its completion (COMPS: they are equal).
+    """
+
+    name: str
     folders: tuple[str, ...]
-    read: Callable | None
     official: str
-    metric: str = "accuracy"
-    suffixes: tuple[str, ...] = (".jsonl", ".jsonl.gz")
+    column: str
+    reader: Callable | None = None
+    key: str = ""
+    answer: str | None = None
+    on_revisions: bool = True
+    fast_from_full: bool = False
+    pred_is_sentence: bool = False
+
+    metric: ClassVar[str] = "accuracy"  # the kind of metric ("accuracy", "entity_tracking", "spearman", "reading")
+    suffixes: ClassVar[tuple[str, ...]] = (".jsonl", ".jsonl.gz")  # the names of its files
+    digits: ClassVar[int] = 1  # the summary's decimals
+    unit: ClassVar[str] = "accuracy (%)"  # the curves' axis
+    report_metric: ClassVar[str] = "ACCURACY"  # best_temperature_report.txt's
+    needs_eval: ClassVar[bool] = False  # scored with the `eval` extra (scipy)
+
+    def __post_init__(self):
+        if not self.key:
+            object.__setattr__(self, "key", self.name)
+
+    def read(self, files: list[Path], folder: Path) -> list[Item]:
+        """The items of its `files` (of `folder`), in file and line order; bad records raise InputError (file:line)."""
+        return [self.read_record(record, path, f"{path}:{n}") for path in files for n, record in read_jsonl(path)]
+
+    def read_record(self, record: dict, path: Path, where: str) -> Item:
+        return self.reader(record, path, where)
+
+    def official_folder(self, folder: Path) -> Path:
+        """Where the official pipeline writes its predictions.json (read from the data folder `folder`) under
+        <results>/<model name>/<revision>/zero_shot/<backend>/: <its --task>/<the folder's stem> (its
+        `sentence_zero_shot/run.py`; `collate_preds.py` reads them there)."""
+        return Path(self.official) / folder.stem
+
+    def collated(self, fast: bool) -> Path:
+        """The folder `official_folder` gives the final model's predictions (full set) or a revision's (fast set)."""
+        return self.official_folder(Path(self.folders[-1] if fast else self.folders[0]))
+
+    def check(self, tokenizer, items: list, causal: bool) -> None:
+        check_items(tokenizer, items, causal)
+
+    def result_key(self, weights: str, files: list[Path], pll: str | None, temperature: float | None) -> dict:
+        return result_key(weights, files, pll, temperature)
+
+    def score(
+        self, model, tokenizer, items: list, causal: bool, official: Path, *, pll, temperature, batch_tokens, progress
+    ) -> dict:
+        """Scores `items`, writes the pipeline's outputs into `official` and returns the result (`evaluate`)."""
+        scores = score_items(model, tokenizer, items, causal, pll, temperature, batch_tokens, progress)
+        result = self.evaluate(items, scores)
+        _write_json(official / PIPELINE_PREDICTIONS, self.predictions(items, scores))
+        (official / "best_temperature_report.txt").write_text(self.report(result, temperature), encoding="utf-8")
+        return result
+
+    def evaluate(self, items: list[Item], scores: list[list[float]]) -> dict:
+        """Its metric from the candidates' scores: {"metric", "average", "by": {key: {value: score}}}, accuracies in
+        percent (the official report's unit), averaged over UIDs."""
+        by = _accuracies(items, scores)
+        return {"metric": "accuracy", "average": sum(by["UID"].values()) / len(by["UID"]), "by": by}
+
+    def predictions(self, items: list[Item], scores: list[list[float]]) -> dict:
+        """The official pipeline's predictions.json: {UID: {"predictions": [{"id": "<UID>_<k>", "pred": ...}]}}."""
+        out = defaultdict(list)
+        for item, item_scores in zip(items, scores):
+            out[item.uid].append({"id": f"{item.uid}_{len(out[item.uid])}", **self.prediction(item, item_scores)})
+        return {uid: {"predictions": entries} for uid, entries in out.items()}
+
+    def prediction(self, item: Item, item_scores: list[float]) -> dict:
+        pick = chosen(item_scores)
+        return {"pred": item.sentences[pick] if self.pred_is_sentence else item.completions[pick]}
+
+    def report(self, result: dict, temperature: float) -> str:
+        """The official pipeline's best_temperature_report.txt."""
+        lines = [f"TEMPERATURE: {temperature:.2f}", ""]
+        for domain, values in result["by"].items():
+            lines.append(f"### {domain.upper()} {self.report_metric}")
+            lines += [f"{name}: {value:.2f}" for name, value in values.items()]
+            lines.append("")
+        lines += [f"### AVERAGE {self.report_metric}", f"{result['average']:.2f}", ""]
+        return "\n".join(lines)
+
+    def columns(self) -> list[tuple[str, str]]:
+        """(key in a summary row, title) of each of its summary columns."""
+        return [(self.name, self.column)]
+
+    def summary_values(self, result: dict) -> dict:
+        """Its values in a summary row, from its result."""
+        return {self.name: result["average"]}
+
+    def fast_scores(self, scorer, value: dict, where: Path) -> dict | None:
+        """collate's fast score of a revision's predictions.json `value` (at `where`) per UID, against the fast data
+        that `scorer` (`collate`'s) reads and notes the problems of: the accuracy."""
+        scores = {}
+        for uid, entry in value.items():
+            data = scorer.file(self, self.fast_file(uid))
+            answers = self.fast_answers(scorer.records(data), uid)
+            scores[uid] = scorer.accuracy(entry["predictions"], answers, data, where, uid)
+        return scores
+
+    def fast_file(self, uid: str) -> str:
+        return uid  # one file per UID
+
+    def fast_answers(self, records: list[dict], uid: str) -> list:
+        return [record.get(self.answer) for record in records]
 
 
+class EntityTrackingTask(Task):
+    """Entity tracking: the accuracy averages the UIDs of each of its three files, then the files; its fast set is the
+    regular file's items, by their number of operations."""
+
+    metric = "entity_tracking"
+    files = ("regular", "ambiref", "move_contents")
+
+    def evaluate(self, items: list[Item], scores: list[list[float]]) -> dict:
+        by = _accuracies(items, scores)
+        splits = {}
+        for split in self.files:
+            values = [accuracy for uid, accuracy in by["UID"].items() if uid.startswith(split + "_")]
+            if values:
+                splits[split] = sum(values) / len(values)
+        by["file"] = splits
+        return {"metric": "accuracy", "average": sum(splits.values()) / len(splits), "by": by}
+
+    def fast_file(self, uid: str) -> str:
+        return self.files[0]
+
+    def fast_answers(self, records: list[dict], uid: str) -> list:
+        items = [record for record in records if f"{self.files[0]}_{record.get('numops')}_ops" == uid]
+        return [record["options"][0] if record.get("options") else None for record in items]
+
+
+class WugTask(Task):
+    """A wug test: Spearman's rho between the softmax of candidate 0 over the item's candidates ("prob" in
+    predictions.json) and the human ratio; its items are reported under the task's name."""
+
+    metric = "spearman"
+    digits = 3
+    unit = "Spearman's rho"
+    report_metric = "SPEARMAN'S RHO"
+    needs_eval = True
+
+    def read_record(self, record: dict, path: Path, where: str) -> Item:
+        return _wug(self.name, record, path, where)
+
+    def evaluate(self, items: list[Item], scores: list[list[float]]) -> dict:
+        rho = _spearman([_first_share(item_scores) for item_scores in scores], [item.ratio for item in items])
+        return {"metric": "spearman", "average": rho, "by": {"UID": {items[0].uid: rho}}}
+
+    def prediction(self, item: Item, item_scores: list[float]) -> dict:
+        return {**super().prediction(item, item_scores), "prob": _first_share(item_scores)}
+
+    def fast_scores(self, scorer, value: dict, where: Path) -> dict | None:
+        data = scorer.file(self, self.folders[-1])
+        return {uid: scorer.rho(entry["predictions"], data, where, uid) for uid, entry in value.items()}
+
+
+class ReadingTask(Task):
+    """The reading task, no list of candidates: `reading` reads, checks and computes it."""
+
+    metric = "reading"
+    suffixes = (".csv", ".csv.gz")
+    digits = 2
+    unit = "variance explained (%)"
+    needs_eval = True
+    spr_column = ("reading_spr", "Reading (Self-Paced Reading Time)")  # its second score, as the BabyLM report shows
+
+    def read(self, files: list[Path], folder: Path) -> list:
+        if len(files) > 1:
+            raise InputError(f"{folder}: one reading_data.csv expected, found {', '.join(p.name for p in files)}")
+        return reading.read_reading(files[0])
+
+    def official_folder(self, folder: Path) -> Path:
+        return Path(self.official)  # reading/run.py writes no data folder
+
+    def check(self, tokenizer, items: list, causal: bool) -> None:
+        reading.check_words(tokenizer, items, causal)
+
+    def result_key(self, weights: str, files: list[Path], pll: str | None, temperature: float | None) -> dict:
+        return result_key(weights, files, None, None)  # the pipeline's reading task takes neither
+
+    def score(
+        self, model, tokenizer, items: list, causal: bool, official: Path, *, pll, temperature, batch_tokens, progress
+    ) -> dict:
+        surprisal = reading.surprisals(model, tokenizer, items, causal, batch_tokens, progress)
+        result = reading.evaluate(items, *surprisal)
+        _write_json(official / PIPELINE_PREDICTIONS, reading.predictions(*surprisal))
+        reading.write_reports(official, result)
+        return result
+
+    def columns(self) -> list[tuple[str, str]]:
+        return [*super().columns(), self.spr_column]
+
+    def summary_values(self, result: dict) -> dict:
+        return {**super().summary_values(result), self.spr_column[0]: result["by"]["score"]["self_paced_reading"]}
+
+    def fast_scores(self, scorer, value: dict, where: Path) -> dict | None:
+        return scorer.reading(self, value, where)
+
+
+# fmt: off
 TASKS = {
-    "blimp": Task(("blimp_filtered", "blimp_fast"), _minimal_pair, "blimp"),
-    "supplement": Task(("supplement_filtered", "supplement_fast"), _minimal_pair, "blimp"),
-    "ewok": Task(("ewok_filtered", "ewok_fast"), _ewok, "ewok"),
-    "entity_tracking": Task(
-        ("entity_tracking", "entity_tracking_fast"), _entity_tracking, "entity_tracking", "entity_tracking"
-    ),
-    "wug_adj": Task(("wug_adj_nominalization",), partial(_wug, "wug_adj"), "wug_adj", "spearman"),
-    "wug_past": Task(("wug_past_tense",), partial(_wug, "wug_past"), "wug_past", "spearman"),
-    "comps": Task(("comps",), _comps, "comps"),
-    "reading": Task(("reading",), None, "reading", "reading", (".csv", ".csv.gz")),
+    task.name: task
+    for task in (
+        Task("blimp", ("blimp_filtered", "blimp_fast"), "blimp", "BLiMP", _minimal_pair, answer="sentence_good"),
+        Task("supplement", ("supplement_filtered", "supplement_fast"), "blimp", "BLiMP Supplement", _minimal_pair,
+             key="blimp_supplement", answer="sentence_good"),
+        Task("ewok", ("ewok_filtered", "ewok_fast"), "ewok", "EWoK", _ewok, answer="Target1"),
+        EntityTrackingTask("entity_tracking", ("entity_tracking", "entity_tracking_fast"), "entity_tracking",
+                           "Entity Tracking", _entity_tracking, fast_from_full=True),
+        WugTask("wug_adj", ("wug_adj_nominalization",), "wug_adj", "Wug Adj. (rho)", fast_from_full=True),
+        WugTask("wug_past", ("wug_past_tense",), "wug_past", "Wug Past (rho)", fast_from_full=True),
+        Task("comps", ("comps",), "comps", "COMPS", _comps, on_revisions=False, pred_is_sentence=True),
+        ReadingTask("reading", ("reading",), "reading", "Reading (Eye Tracking)", fast_from_full=True),
+    )
 }
-ENTITY_TRACKING_FILES = ("regular", "ambiref", "move_contents")
+# fmt: on
 
 
 def resolve_data(data: str | Path) -> Path:
@@ -191,14 +398,6 @@ def task_files(folder: Path, task: str | None = None) -> list[Path]:
     """The files of `task` (default: a JSONL task) in `folder`, plain or gzip, sorted by name."""
     suffixes = TASKS[task].suffixes if task else Task.suffixes
     return sorted(p for p in folder.iterdir() if p.name.endswith(suffixes))
-
-
-def official_folder(task: str, folder: Path) -> Path:
-    """Where the official pipeline writes `task`'s predictions.json (read from the data folder `folder`) under
-    <results>/<model name>/<revision>/zero_shot/<backend>/: <its --task>/<the folder's stem>, or reading/ (its
-    `sentence_zero_shot/run.py` and `reading/run.py`; `collate_preds.py` reads them there)."""
-    official = TASKS[task].official
-    return Path(official) if TASKS[task].metric == "reading" else Path(official) / folder.stem
 
 
 def find_task_folder(task: str, data: Path) -> Path:
@@ -232,15 +431,7 @@ def read_task(task: str, folder: Path) -> list[Item]:
     if not files:
         names = " or ".join(f"*{suffix}" for suffix in TASKS[task].suffixes)
         raise InputNotFoundError(f"{folder}: no {names} files for task {task}")
-    if TASKS[task].metric == "reading":
-        if len(files) > 1:
-            raise InputError(f"{folder}: one reading_data.csv expected, found {', '.join(p.name for p in files)}")
-        return reading.read_reading(files[0])
-    items = []
-    for path in files:
-        for number, record in read_jsonl(path):
-            items.append(TASKS[task].read(record, path, f"{path}:{number}"))
-    return items
+    return TASKS[task].read(files, folder)
 
 
 # ------------------------------------------------------------------------------------------------------ scoring
@@ -300,89 +491,38 @@ def _spearman(x: list[float], y: list[float]) -> float:
     return float(spearmanr(x, y)[0])
 
 
-def evaluate(task: str, items: list[Item], scores: list[list[float]]) -> dict:
-    """The task's metric from the candidates' scores: {"metric", "average", "by": {key: {value: score}}}, with
-    accuracies in percent (the official report's unit) and the wug tests' Spearman's rho as it is."""
-    spec = TASKS[task]
-    if spec.metric == "spearman":
-        model_ratios = []
-        for item_scores in scores:
-            top = max(item_scores)
-            weights = [math.exp(score - top) for score in item_scores]
-            model_ratios.append(weights[0] / sum(weights))
-        rho = _spearman(model_ratios, [item.ratio for item in items])
-        return {"metric": "spearman", "average": rho, "by": {"UID": {items[0].uid: rho}}}
+def _first_share(item_scores: list[float]) -> float:
+    """The softmax of candidate 0 over the item's candidates (the wug tests' "prob")."""
+    top = max(item_scores)
+    weights = [math.exp(score - top) for score in item_scores]
+    return weights[0] / sum(weights)
+
+
+def _accuracies(items: list[Item], scores: list[list[float]]) -> dict:
+    """{key: {value: accuracy in percent}} of the items by UID and by each key of their metadata."""
     total, correct = defaultdict(Counter), defaultdict(Counter)
     for item, item_scores in zip(items, scores):
         right = chosen(item_scores) == 0
         for key, value in {"UID": item.uid, **item.metadata}.items():
             total[key][value] += 1
             correct[key][value] += right
-    by = {
+    return {
         key: {value: 100.0 * correct[key][value] / count for value, count in counts.items()}
         for key, counts in total.items()
     }
-    uids = by["UID"]
-    if spec.metric == "entity_tracking":
-        splits = {}
-        for split in ENTITY_TRACKING_FILES:
-            values = [accuracy for uid, accuracy in uids.items() if uid.startswith(split + "_")]
-            if values:
-                splits[split] = sum(values) / len(values)
-        by["file"] = splits
-        average = sum(splits.values()) / len(splits)
-    else:
-        average = sum(uids.values()) / len(uids)
-    return {"metric": "accuracy", "average": average, "by": by}
+
+
+def evaluate(task: str, items: list[Item], scores: list[list[float]]) -> dict:
+    """`task`'s metric from the candidates' scores (`Task.evaluate`)."""
+    return TASKS[task].evaluate(items, scores)
 
 
 def predictions(task: str, items: list[Item], scores: list[list[float]]) -> dict:
-    """The official pipeline's predictions.json: {UID: {"predictions": [{"id": "<UID>_<k>", "pred": ...}]}}, the chosen
-    candidate's completion (COMPS: its sentence, the completions being equal), and for the wug tests "prob", the
-    softmax of candidate 0."""
-    out = defaultdict(list)
-    for item, item_scores in zip(items, scores):
-        pick = chosen(item_scores)
-        pred = item.sentences[pick] if task == "comps" else item.completions[pick]
-        entry = {"id": f"{item.uid}_{len(out[item.uid])}", "pred": pred}
-        if TASKS[task].metric == "spearman":
-            top = max(item_scores)
-            weights = [math.exp(score - top) for score in item_scores]
-            entry["prob"] = weights[0] / sum(weights)
-        out[item.uid].append(entry)
-    return {uid: {"predictions": entries} for uid, entries in out.items()}
+    """`task`'s predictions.json (`Task.predictions`)."""
+    return TASKS[task].predictions(items, scores)
 
 
 # ------------------------------------------------------------------------------------------------------- running
-SUMMARY_COLUMNS = {  # the BabyLM 2025 report's zero-shot columns, by task
-    "blimp": "BLiMP",
-    "supplement": "BLiMP Supplement",
-    "ewok": "EWoK",
-    "entity_tracking": "Entity Tracking",
-    "wug_adj": "Wug Adj. (rho)",
-    "wug_past": "Wug Past (rho)",
-    "comps": "COMPS",
-    "reading": "Reading (Eye Tracking)",  # the reading task's two scores, as the BabyLM report shows them
-    "reading_spr": "Reading (Self-Paced Reading Time)",
-}
-
-
-def _columns(tasks: list[str]):
-    """(key in a summary row, task) of each summary column: one per task, two for the reading task."""
-    for task in tasks:
-        yield task, task
-        if TASKS[task].metric == "reading":
-            yield "reading_spr", task
-
-
-def _summary_values(task: str, result: dict) -> dict:
-    """The summary row's values of `task` from its result: its average, and the reading task's second score."""
-    values = {task: result["average"]}
-    if TASKS[task].metric == "reading":
-        values["reading_spr"] = result["by"]["score"]["self_paced_reading"]
-    return values
-
-
 def model_folders(
     model: str | Path, all_checkpoints: bool, revision: str | None = None, all_revisions: bool = False
 ) -> dict[str, tuple[str, str | None]]:
@@ -537,7 +677,7 @@ def evaluate_babylm(
     in it, <model name>/ (`runs.layout.check_pipeline_model_dir`: one holding another model's results is refused
     before anything is scored): <revision>/eval-babylm/<task>.json (every metric; kept: a rerun or a resumed run
     skips what is done with the same model weights, data, pll and temperature), the official pipeline's layout
-    (<revision>/zero_shot/<backend>/`official_folder`/predictions.json and best_temperature_report.txt; the reading
+    (<revision>/zero_shot/<backend>/`Task.official_folder`/predictions.json and best_temperature_report.txt; the reading
     task: reading/predictions.json and its reports), summary.md / summary.json (a row per revision, a column per
     task, two for reading; written also when a revision fails, with what was scored) and, for several revisions,
     curves/<column>.png. Returns the summary."""
@@ -548,7 +688,7 @@ def evaluate_babylm(
             raise InputError(f"unknown task {task!r}; choose from {', '.join(TASKS)}")
     if temperature <= 0:
         raise InputError(f"temperature must be positive, got {temperature}")
-    if any(TASKS[task].metric in ("spearman", "reading") for task in tasks):  # said now, not after other tasks
+    if any(TASKS[task].needs_eval for task in tasks):  # said now, not after other tasks
         require("eval", what="the wug tests' Spearman correlation and the reading task's regression")
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
@@ -590,14 +730,13 @@ def _score_revision(
     weights = runs.fingerprint(source) if Path(source).is_dir() else f"{source}@{commit}" if commit else source
     loaded = None
     for task in tasks:
+        spec = TASKS[task]
         result_file = folder / EVAL_BABYLM_RESULTS / f"{task}.json"
-        key = result_key(weights, task_files(folders[task], task), pll, temperature)
-        if TASKS[task].metric == "reading":  # the pipeline's reading task takes neither
-            key.update(pll=None, temperature=None)
+        key = spec.result_key(weights, task_files(folders[task], task), pll, temperature)
         if result_file.is_file():
             kept = json.loads(result_file.read_text(encoding="utf-8"))
             if kept.get("key") == key:
-                row.update(_summary_values(task, kept))
+                row.update(spec.summary_values(kept))
                 continue
             logger.info("%s: made with other settings or weights: scored again", result_file)
         if loaded is None:
@@ -606,55 +745,32 @@ def _score_revision(
             if loaded[2] != "causal" and loaded[1].mask_token_id is None:
                 raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
             for each in tasks:  # every task's sentences, before the first is scored
-                check = reading.check_words if TASKS[each].metric == "reading" else check_items
-                check(loaded[1], items[each], loaded[2] == "causal")
+                TASKS[each].check(loaded[1], items[each], loaded[2] == "causal")
             record_pipeline_model(out_dir, model)  # the inputs are good: the tree is this model's
         model_object, tokenizer, kind = loaded
         causal = kind == "causal"
         logger.info("%s %s: %d items", folder.name, task, len(items[task]))
         backend = "causal" if causal else "mlm"
-        official = folder / runs.PIPELINE_ZERO_SHOT / backend / official_folder(task, folders[task])
-        if TASKS[task].metric == "reading":
-            surprisal = reading.surprisals(model_object, tokenizer, items[task], causal, batch_tokens, progress)
-            result = reading.evaluate(items[task], *surprisal)
-            _write_json(official / runs.PIPELINE_PREDICTIONS, reading.predictions(*surprisal))
-            reading.write_reports(official, result)
-        else:
-            scores = score_items(model_object, tokenizer, items[task], causal, pll, temperature, batch_tokens, progress)
-            result = evaluate(task, items[task], scores)
-            _write_json(official / runs.PIPELINE_PREDICTIONS, predictions(task, items[task], scores))
-            report = _report(task, result, temperature)
-            (official / "best_temperature_report.txt").write_text(report, encoding="utf-8")
+        official = folder / runs.PIPELINE_ZERO_SHOT / backend / spec.official_folder(folders[task])
+        result = spec.score(model_object, tokenizer, items[task], causal, official, pll=pll, temperature=temperature,
+                            batch_tokens=batch_tokens, progress=progress)  # fmt: skip
         result.update(task=task, revision=folder.name, items=len(items[task]), backend=backend, key=key)
         _write_json(result_file, result)
-        row.update(_summary_values(task, result))
-
-
-def _report(task: str, result: dict, temperature: float) -> str:
-    """The official pipeline's best_temperature_report.txt for one task."""
-    metric = "SPEARMAN'S RHO" if result["metric"] == "spearman" else "ACCURACY"
-    lines = [f"TEMPERATURE: {temperature:.2f}", ""]
-    for domain, values in result["by"].items():
-        lines.append(f"### {domain.upper()} {metric}")
-        lines += [f"{name}: {value:.2f}" for name, value in values.items()]
-        lines.append("")
-    lines += [f"### AVERAGE {metric}", f"{result['average']:.2f}", ""]
-    return "\n".join(lines)
+        row.update(spec.summary_values(result))
 
 
 def summary_table(summary: dict) -> str:
     """A markdown row per revision (with its step and words seen where known), a column per task (accuracies in
     percent, the wug tests' Spearman's rho; the reading task's eye-tracking and self-paced reading scores, percent of
     the variance left by the baseline that surprisal explains)."""
-    columns = list(_columns(summary["tasks"]))
-    header = "| model | step | words | " + " | ".join(SUMMARY_COLUMNS[key] for key, _ in columns) + " |"
+    columns = _columns(summary["tasks"])
+    header = "| model | step | words | " + " | ".join(title for _, title, _ in columns) + " |"
     lines = [header, "|---" * (len(columns) + 3) + "|"]
-    digits = {"spearman": 3, "reading": 2}
     for revision, row in summary["rows"].items():
         cells = []
-        for key, task in columns:
+        for key, _, task in columns:
             value = row.get(key)
-            cells.append("" if value is None else f"{value:.{digits.get(TASKS[task].metric, 1)}f}")
+            cells.append("" if value is None else f"{value:.{task.digits}f}")
         step = "" if row.get("step") is None else str(row["step"])
         words = "" if row.get("words") is None else f"{row['words']:,}"
         lines.append(f"| {revision} | {step} | {words} | " + " | ".join(cells) + " |")
@@ -671,8 +787,7 @@ def _curves(summary: dict, folder: Path) -> None:
     from ..plots import plot_curves
 
     folder.mkdir(parents=True, exist_ok=True)
-    units = {"spearman": "Spearman's rho", "reading": "variance explained (%)"}
-    for key, task in _columns(summary["tasks"]):
+    for key, title, task in _columns(summary["tasks"]):
         points = sorted(
             (row["step"], row[key]) for row in summary["rows"].values() if row.get("step") is not None and key in row
         )
@@ -681,9 +796,14 @@ def _curves(summary: dict, folder: Path) -> None:
                 folder / f"{key}.png",
                 {key: ([p[0] for p in points], [p[1] for p in points])},
                 "training step",
-                units.get(TASKS[task].metric, "accuracy (%)"),
-                SUMMARY_COLUMNS[key],
+                task.unit,
+                title,
             )
+
+
+def _columns(tasks: list[str]) -> list[tuple[str, str, Task]]:
+    """(key in a summary row, title, task) of each summary column: one per task, two for the reading task."""
+    return [(key, title, TASKS[name]) for name in tasks for key, title in TASKS[name].columns()]
 
 
 __all__ = [
@@ -693,7 +813,6 @@ __all__ = [
     "chosen",
     "evaluate",
     "find_task_folder",
-    "official_folder",
     "predictions",
     "read_task",
     "resolve_data",

@@ -24,9 +24,8 @@ Hub name, without a suffix, as the pipeline names it; <backend> is mlm, causal, 
 Each folder holds predictions.json: {UID: {"predictions": [{"id": ..., "pred": ...}, ...]}} (the wug tests add
 "prob", the softmax of the first candidate; reading has the one UID "reading" and "pred", "prev_pred": a word's
 surprisal and the previous word's). surprisal.json, the pipeline's AoA output, is {"results": [{"step": <revision>,
-...}, ...]}. The revisions are the 2025 rules' checkpoints by words seen (`fast_revisions`): chck_1M ... chck_9M,
-chck_10M ... chck_100M for strict-small; chck_1M ... chck_9M, chck_10M ... chck_90M, chck_100M ... chck_1000M for
-strict and interaction (a run that stopped early gives `up_to`, its last, as the rules allow).
+...}, ...]}. The revisions are the 2025 rules' checkpoints by words seen, chck_1M ... for the track
+(`runs.layout.track_revisions`; a run that stopped early gives `up_to`, its last, as the rules allow).
 
 The file (default RESULTS/<model>/all_full_preds_and_fast_scores_<backend>.json) is one line of JSON:
 
@@ -69,31 +68,15 @@ from ..data.jsonl import read_jsonl
 from ..data.text import read_text
 from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
-from .babylm import resolve_data
-from .reading import SUBMISSION_FITS, read_reading, submission_scores, too_few_rows
+from ..runs.layout import track_revisions
+from .babylm import TASKS, Task, resolve_data
+from .reading import SUBMISSION_FITS, UID, read_reading, submission_scores, too_few_rows
 
 logger = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------- the pipeline's rules
-TRACKS = ("strict-small", "strict", "interaction")  # the text tracks; multimodal adds vision tasks not collated here
 BACKENDS = ("mlm", "causal", "mntp", "enc_dec_mask", "enc_dec_prefix")
 GLUE_TASKS = ("boolq", "mnli", "mrpc", "multirc", "qqp", "rte", "wsc")
-
-
-def fast_revisions(track: str, up_to: str | None = None) -> list[str]:
-    """The checkpoint revisions a submission to `track` scores on the fast tasks, in order; with `up_to`, those up to
-    it (a run that stopped early)."""
-    if track not in TRACKS:
-        hint = " (its vision tasks are not collated here)" if track == "multimodal" else ""
-        raise InputError(f"track {track!r}{hint}: choose from {', '.join(TRACKS)}")
-    revisions = [f"chck_{i}M" for i in range(1, 10)] + [f"chck_{10 * i}M" for i in range(1, 11)]
-    if track != "strict-small":
-        revisions = revisions[:-1] + [f"chck_{100 * i}M" for i in range(1, 11)]
-    if up_to is None:
-        return revisions
-    if up_to not in revisions:
-        raise InputError(f"up_to {up_to!r} is not a revision of the {track} track: {revisions[0]} ... {revisions[-1]}")
-    return revisions[: revisions.index(up_to) + 1]
 
 
 @dataclass(frozen=True)
@@ -179,43 +162,6 @@ PIPELINE_COUNTS = ItemCounts(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Part:
-    """A zero-shot part of the submission: its key, its folder under <revision>/zero_shot/<backend>/ for the final
-    model and for the revisions (None: not asked of them), and the fast data it is scored on: the folder in the fast
-    evaluation data, and its twin in full_eval/ where the fast set is the full one (the fallback when the fast copy
-    is absent)."""
-
-    key: str
-    full: str
-    fast: str | None
-    data: str | None = None
-    full_twin: str | None = None
-
-
-PARTS = (
-    Part("blimp", "blimp/blimp_filtered", "blimp/blimp_fast", "blimp_fast"),
-    Part("blimp_supplement", "blimp/supplement_filtered", "blimp/supplement_fast", "supplement_fast"),
-    Part("ewok", "ewok/ewok_filtered", "ewok/ewok_fast", "ewok_fast"),
-    Part(
-        "entity_tracking",
-        "entity_tracking/entity_tracking",
-        "entity_tracking/entity_tracking_fast",
-        "entity_tracking_fast",
-        "entity_tracking",
-    ),
-    Part(
-        "wug_adj",
-        "wug_adj/wug_adj_nominalization",
-        "wug_adj/wug_adj_nominalization",
-        "wug_adj_nominalization",
-        "wug_adj_nominalization",
-    ),
-    Part("wug_past", "wug_past/wug_past_tense", "wug_past/wug_past_tense", "wug_past_tense", "wug_past_tense"),
-    Part("comps", "comps/comps", None),
-    Part("reading", "reading", "reading", "reading", "reading"),
-)
-READING = PARTS[-1]
 AOA_FILE = "AoA_word/surprisal.json"
 
 
@@ -328,7 +274,7 @@ def collate(
     that stopped early; `counts`: the item counts required (default: the pipeline's, `PIPELINE_COUNTS`). A missing
     file, task or revision, or a wrong number of predictions, is refused naming them all before anything is
     written."""
-    revisions = fast_revisions(track, up_to)
+    revisions = track_revisions(track, up_to)
     counts = counts or PIPELINE_COUNTS
     require("eval", what="the wug tests' Spearman correlation")
     model_dir = runs.pipeline_model_dir(results_dir, model_name)
@@ -351,13 +297,13 @@ def collate(
 
     zero_shot = model_dir / revision / runs.PIPELINE_ZERO_SHOT / backend
     full = {}
-    for part in PARTS:
-        path = zero_shot / part.full / runs.PIPELINE_PREDICTIONS
-        value = _load_json(path, problems, part.key)
+    for task in TASKS.values():
+        path = zero_shot / task.collated(fast=False) / runs.PIPELINE_PREDICTIONS
+        value = _load_json(path, problems, task.key)
         if value is not None and _check_predictions(
-            value, path, part.key, counts.full[part.key], _required_uids(counts, part.key, False), problems
+            value, path, task.key, counts.full[task.key], _required_uids(counts, task.key, False), problems
         ):
-            full[part.key] = value
+            full[task.key] = value
     aoa = _load_json(zero_shot / AOA_FILE, problems, "aoa")
     if aoa is not None:
         _check_aoa(aoa, zero_shot / AOA_FILE, revisions, counts.aoa, problems)
@@ -375,20 +321,21 @@ def collate(
     full["glue"] = glue
 
     scorer = _FastScorer(fast_data, problems)
-    fast = {part.key: [] for part in PARTS if part.fast}
+    fast = {task.key: [] for task in TASKS.values() if task.on_revisions}
     for name in revisions:
-        for part in PARTS:
-            if not part.fast:
+        for task in TASKS.values():
+            if not task.on_revisions:
                 continue
-            path = model_dir / name / runs.PIPELINE_ZERO_SHOT / backend / part.fast / runs.PIPELINE_PREDICTIONS
-            what = f"{part.key} fast, revision {name}"
+            path = model_dir / name / runs.PIPELINE_ZERO_SHOT / backend / task.collated(fast=True)
+            path /= runs.PIPELINE_PREDICTIONS
+            what = f"{task.key} fast, revision {name}"
             value = _load_json(path, problems, what)
-            required = _required_uids(counts, part.key, True)
-            if value is not None and _check_predictions(value, path, what, counts.fast[part.key], required, problems):
-                fast[part.key].append(scorer.score(part, value, path))
+            required = _required_uids(counts, task.key, True)
+            if value is not None and _check_predictions(value, path, what, counts.fast[task.key], required, problems):
+                fast[task.key].append(task.fast_scores(scorer, value, path))
     _refuse_if_any(problems, f"cannot collate {model_dir}")
 
-    submission = {key: full[key] for key in [part.key for part in PARTS] + ["aoa", "glue"]}
+    submission = {key: full[key] for key in [task.key for task in TASKS.values()] + ["aoa", "glue"]}
     submission["fast_eval_results"] = fast
     out_file = Path(out_file) if out_file else output_file(results_dir, model_name, backend)
     out_file.parent.mkdir(parents=True, exist_ok=True)
@@ -403,8 +350,12 @@ def _files(folder: Path, backend: str, fast: bool) -> list[tuple[Path, str]]:
     """The files a revision's folder must hold, with what each is."""
     zero_shot = folder / runs.PIPELINE_ZERO_SHOT / backend
     if fast:
-        return [(zero_shot / p.fast / runs.PIPELINE_PREDICTIONS, f"{p.key} fast") for p in PARTS if p.fast]
-    files = [(zero_shot / p.full / runs.PIPELINE_PREDICTIONS, p.key) for p in PARTS]
+        return [
+            (zero_shot / task.collated(fast=True) / runs.PIPELINE_PREDICTIONS, f"{task.key} fast")
+            for task in TASKS.values()
+            if task.on_revisions
+        ]
+    files = [(zero_shot / task.collated(fast=False) / runs.PIPELINE_PREDICTIONS, task.key) for task in TASKS.values()]
     files.append((zero_shot / AOA_FILE, "aoa"))
     return files + [(folder / runs.PIPELINE_FINETUNE / task / runs.PIPELINE_PREDICTIONS, task) for task in GLUE_TASKS]
 
@@ -433,38 +384,18 @@ class _FastScorer:
     def __init__(self, data: Path, problems: list[str]):
         self.data, self.problems, self.read = data, problems, {}
 
-    def score(self, part: Part, value: dict, where: Path) -> dict | None:
-        if part.key == "reading":
-            return self._reading(value, where)
-        scores = {}
-        for uid, entry in value.items():
-            predictions = entry["predictions"]
-            if part.key in ("wug_adj", "wug_past"):
-                scores[uid] = self._rho(predictions, self._file(part, part.data), where, uid)
-            elif part.key == "entity_tracking":  # the regular file's items, by their number of operations
-                data = self._file(part, "regular")
-                items = [r for r in self._records(data) if f"regular_{r.get('numops')}_ops" == uid]
-                answers = [r["options"][0] if r.get("options") else None for r in items]
-                scores[uid] = self._accuracy(predictions, answers, data, where, uid)
-            else:
-                data = self._file(part, uid)
-                field = "Target1" if part.key == "ewok" else "sentence_good"
-                scores[uid] = self._accuracy(predictions, [r.get(field) for r in self._records(data)], data, where, uid)
-        return scores
-
-    def _file(self, part: Part, name: str, suffixes=(".jsonl", ".jsonl.gz")) -> Path | None:
-        """The fast data file `name` of `part`: in its fast folder, else in the full_eval/ twin of that folder."""
-        folders = [self.data / part.data] + (
-            [self.data.parent / "full_eval" / part.full_twin] if part.full_twin else []
-        )
+    def file(self, task: Task, name: str) -> Path | None:
+        """The fast data file `name` of `task`: in its fast folder, else in the full_eval/ twin of that folder."""
+        folders = [self.data / task.folders[-1]]
+        folders += [self.data.parent / "full_eval" / task.folders[0]] if task.fast_from_full else []
         for folder in folders:
-            for suffix in suffixes:
+            for suffix in task.suffixes:
                 if (folder / f"{name}{suffix}").is_file():
                     return folder / f"{name}{suffix}"
-        self.problems.append(f"{folders[0] / (name + suffixes[0])}: missing (the fast data of {part.key})")
+        self.problems.append(f"{folders[0] / (name + task.suffixes[0])}: missing (the fast data of {task.key})")
         return None
 
-    def _records(self, path: Path | None) -> list[dict]:
+    def records(self, path: Path | None) -> list[dict]:
         if path is not None and path not in self.read:
             self.read[path] = [record for _, record in read_jsonl(path)]
         return self.read.get(path, [])
@@ -500,7 +431,7 @@ class _FastScorer:
         values = [entry[name] for entry in predictions]
         return [math.nan if value is None else float(value) for value in values] if number else values
 
-    def _accuracy(self, predictions, answers, data: Path | None, where: Path, uid: str) -> float | None:
+    def accuracy(self, predictions, answers, data: Path | None, where: Path, uid: str) -> float | None:
         """The share of predictions equal to the item's right answer (both stripped), as the pipeline counts it."""
         if not self._paired(predictions, answers, data, where, uid):
             return None
@@ -513,9 +444,9 @@ class _FastScorer:
         strip = lambda text: text.strip() if isinstance(text, str) else text  # noqa: E731
         return sum(strip(pred) == strip(answer) for pred, answer in zip(preds, answers)) / len(preds)
 
-    def _rho(self, predictions, data: Path | None, where: Path, uid: str) -> float | None:
+    def rho(self, predictions, data: Path | None, where: Path, uid: str) -> float | None:
         """Spearman's rho between the predictions' "prob" and the items' human `ratio`."""
-        ratios = [record.get("ratio") for record in self._records(data)]
+        ratios = [record.get("ratio") for record in self.records(data)]
         probs = (
             self._values(predictions, "prob", where, uid, number=True)
             if self._paired(predictions, ratios, data, where, uid)
@@ -531,11 +462,11 @@ class _FastScorer:
 
         return float(spearmanr(probs, ratios)[0])
 
-    def _reading(self, value: dict, where: Path) -> dict | None:
-        if "reading" not in value:
-            self.problems.append(f'{where}: no UID "reading" (the pipeline reads its predictions there)')
+    def reading(self, task: Task, value: dict, where: Path) -> dict | None:
+        if UID not in value:
+            self.problems.append(f'{where}: no UID "{UID}" (the pipeline reads its predictions there)')
             return None
-        data = self._file(READING, "reading_data", (".csv", ".csv.gz"))
+        data = self.file(task, "reading_data")
         if data is not None and data not in self.read:
             try:
                 self.read[data] = read_reading(data, SUBMISSION_FITS)
@@ -545,12 +476,11 @@ class _FastScorer:
         words = self.read.get(data)
         if words is None:
             return None
-        predictions = value["reading"]["predictions"]
-        if not self._paired(predictions, words, data, where, "reading"):
+        predictions = value[UID]["predictions"]
+        if not self._paired(predictions, words, data, where, UID):
             return None
         pred, prev_pred = (
-            self._values(predictions, name, where, "reading", number=True, missing=True)
-            for name in ("pred", "prev_pred")
+            self._values(predictions, name, where, UID, number=True, missing=True) for name in ("pred", "prev_pred")
         )
         if pred is None or prev_pred is None:
             return None

@@ -68,6 +68,7 @@ DESIGNS = {"predictive_power": PREDICTORS, "spillover": SPILLOVER_PREDICTORS}
 TASK_FITS = tuple((design, measure) for design in DESIGNS for measure in MEASURES)
 SUBMISSION_FITS = (*(("predictive_power", measure) for measure in EYE_TRACKING), ("spillover", SELF_PACED))
 MASKS_APPENDED = 3  # the pipeline's --number_of_mask_tokens_to_append
+UID = "reading"  # the one UID of its predictions.json
 # The strings pandas' read_csv reads as missing (the pipeline reads the file with it): an `item` that is one of them
 # becomes "None" (the pipeline's fillna), a `prev_item` means there is no previous word, a number is unknown.
 MISSING = frozenset(
@@ -423,7 +424,7 @@ def predictions(pred: Sequence[float], prev_pred: Sequence[float]) -> dict:
     """The pipeline's reading/predictions.json: {"reading": {"predictions": [{"id": row, "pred": surprisal,
     "prev_pred": the previous word's (NaN where none, written as the pipeline writes it)}]}}."""
     entries = [{"id": i, "pred": p, "prev_pred": q} for i, (p, q) in enumerate(zip(pred, prev_pred))]
-    return {"reading": {"predictions": entries}}
+    return {UID: {"predictions": entries}}
 
 
 def write_reports(folder: Path, result: dict) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from elc_bert import runs
 from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 from elc_bert.integrations import write_sentence_files
-from elc_bert.job_configs import saved_config
+from elc_bert.job_configs import CONFIG_CLASSES, jobs_of, saved_config
 from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 from elc_bert.pretrained import find_tokenizer
@@ -34,7 +34,7 @@ WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-RUN_FILES = (runs.METRICS, runs.RESULTS, *runs.JOB_CONFIGS.values())
+RUN_FILES = (runs.METRICS, runs.RESULTS, *(runs.config_file("", job).name for job in CONFIG_CLASSES))
 
 logger = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def auto_map(config_class, family: dict) -> dict:
 def _run_start_model(run_dir: Path | None) -> str | None:
     """The `model` a fine-tuning run (mlm, finetune-ner) started from, as its resolved config names it."""
     for job in ("mlm", "finetune-ner"):
-        if run_dir is not None and job in runs.jobs_of(run_dir):
+        if run_dir is not None and job in jobs_of(run_dir):
             return saved_config(run_dir, job).model
     return None
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from elc_bert import runs
 
-from ..job_configs import saved_config
+from ..job_configs import PretrainConfig, saved_config
 from ..models.errors import InputError, InputNotFoundError, InputPermissionError
 from ..models.loading import is_hub_id
 from ..runs.layout import (
@@ -124,7 +124,7 @@ def _refuse_gaps(run_dir: Path, sources: dict[str, Path]) -> None:
     repository's revisions would skip them, and nothing could push them later."""
     kept = [REVISION_WORDS[name] for name in sources if name != "main"]
     milestones = REVISION_WORDS.values()
-    if runs.config_file(run_dir, "pretrain").is_file():
+    if runs.config_file(run_dir, PretrainConfig.job).is_file():
         milestones = saved_config(run_dir, "pretrain").checkpoint_words
     missing = [
         words

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from elc_bert import runs
-from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig, saved_config
+from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig, jobs_of, saved_config
 from elc_bert.job_configs.ner_results import NerResults
 from elc_bert.pretrained import MODEL_ALIASES, is_hub_id
 
@@ -60,7 +60,7 @@ def read_run(run_dir: Path | None) -> Run:
     run_dir = Path(run_dir)
     jobs = ("pretrain", "mlm", "finetune-ner")
     for job in jobs:
-        if job not in runs.jobs_of(run_dir):
+        if job not in jobs_of(run_dir):
             continue
         config = saved_config(run_dir, job)
         if job == "finetune-ner":
@@ -70,7 +70,7 @@ def read_run(run_dir: Path | None) -> Run:
         metrics_file = run_dir / runs.METRICS
         metrics = json.loads(metrics_file.read_text(encoding="utf-8"))["final"] if metrics_file.is_file() else {}
         return Run(job, config, metrics, run_dir)
-    names = ", ".join(runs.JOB_CONFIGS[job] for job in jobs)
+    names = ", ".join(runs.config_file(run_dir, job).name for job in jobs)
     raise InputNotFoundError(f"{run_dir}: not a run directory (none of {names})")
 
 

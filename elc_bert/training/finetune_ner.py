@@ -42,7 +42,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
 from ..intervals import mean_and_interval
-from ..job_configs import FinetuneNerConfig, save_config
+from ..job_configs import FinetuneNerConfig, refuse_other_jobs, save_config
 from ..job_configs.ner_results import NerResults, ShotResults, TrialResult
 from ..models import FUSIONS, LayerFusionForTokenClassification
 from ..models.errors import InputError, InputExistsError
@@ -271,12 +271,12 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> Ne
     `callbacks`: further `TrainerCallback`s for every trial's Trainer."""
     require("plots", what="elc-bert finetune-ner")
     output_dir = Path(config.output_dir)
-    runs.refuse_other_jobs(output_dir, "finetune-ner")
+    refuse_other_jobs(output_dir, config.job)
     data, truncated = prepare(config)
     # Processes started side by side share out the trials, under one config: each checks it and claims its first
     # trial in turn, so the second sees the first's claim as work done under the config it must match.
     with runs.starting_trials(output_dir):
-        save_config(config, runs.config_file(output_dir, "finetune-ner"))
+        save_config(config, runs.config_file(output_dir, config.job))
         task = claim_next_trial(config)
     try:
         with runs.naming_full_disk(output_dir):

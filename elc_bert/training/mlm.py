@@ -20,7 +20,7 @@ from .. import runs
 from ..data.text import read_lines
 from ..data.tokenizer import load_tokenizer
 from ..extras import needs, require
-from ..job_configs import MlmConfig, save_config
+from ..job_configs import MlmConfig, refuse_other_jobs, save_config
 from ..models import LayerFusionForMaskedLM
 from ..models.errors import InputError, InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
@@ -133,7 +133,7 @@ def mlm(config: MlmConfig) -> dict:
     validation and test perplexity (`perplexities`), also written to metrics.json with the eval_loss.png curve."""
     require("plots", what="elc-bert mlm")
     output_dir = Path(config.output_dir)
-    runs.refuse_other_jobs(output_dir, "mlm")
+    refuse_other_jobs(output_dir, config.job)
     model_path = resolve_model(config.model)
     tokenizer = load_tokenizer(find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
@@ -152,7 +152,7 @@ def mlm(config: MlmConfig) -> dict:
     with runs.hold_run_folder(output_dir, "mlm", writes=writes), runs.naming_full_disk(output_dir):
         if writes:
             output_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
-            save_config(config, runs.config_file(output_dir, "mlm"))
+            save_config(config, runs.config_file(output_dir, config.job))
         return _train(config, model_path, tokenizer, train, validation, test)
 
 

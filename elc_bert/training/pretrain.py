@@ -18,7 +18,7 @@ from ..data.pretraining_batches import BatchRowCollator, Phase, coverage, stream
 from ..data.text import corpus_files
 from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..extras import needs, require
-from ..job_configs import PretrainConfig, save_config
+from ..job_configs import PretrainConfig, refuse_other_jobs, save_config
 from ..job_configs.layer_budget import LayerBudget
 from ..models import ElcBertConfig, ElcBertForMaskedLM
 from ..models.errors import InputError
@@ -374,7 +374,7 @@ def pretrain(config: PretrainConfig, layer_importance: Importance | None = None)
     if config.prepare_corpus:
         require("corpus", what="prepare_corpus")
     output_dir = Path(config.output_dir)
-    runs.refuse_other_jobs(output_dir, "pretrain")
+    refuse_other_jobs(output_dir, config.job)
     _check_corpora(config)
     args = _training_arguments(config, output_dir, bool(config.validation_files))
     parts = args.world_size * args.gradient_accumulation_steps
@@ -385,7 +385,7 @@ def pretrain(config: PretrainConfig, layer_importance: Importance | None = None)
     with runs.hold_run_folder(output_dir, "pretrain", writes=args.should_save), runs.naming_full_disk(output_dir):
         if args.should_save:
             output_dir.mkdir(parents=True, exist_ok=True)
-            save_config(config, runs.config_file(output_dir, "pretrain"))
+            save_config(config, runs.config_file(output_dir, config.job))
         return _train(config, args, output_dir, parts, layer_importance)
 
 
