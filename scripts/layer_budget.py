@@ -21,8 +21,8 @@ from elc_bert import plots
 from elc_bert.analysis.layer_importance import leave_one_out_importance
 from elc_bert.intervals import confidence_interval
 from elc_bert.job_configs import PretrainConfig
+from elc_bert.job_configs.training_metrics import TrainingMetrics
 from elc_bert.models import ElcBertConfig, ElcBertForMaskedLM
-from elc_bert.runs import METRICS
 from elc_bert.training.layer_budget import RECORD, step_flops
 from elc_bert.training.pretrain import pretrain
 
@@ -69,13 +69,13 @@ def run_config(plan: dict, name: str) -> PretrainConfig:
 
 def train(plan: dict, name: str) -> None:
     config = run_config(plan, name)
-    if not (Path(config.output_dir) / METRICS).is_file():
+    if TrainingMetrics.read(config.output_dir) is None:
         pretrain(config, leave_one_out_importance)
 
 
 def finished_seeds(plan: dict) -> list[int]:
     """The seeds whose runs have all finished (a report while others still train says which it covers)."""
-    done = lambda name: (Path(plan["runs_dir"]) / name / METRICS).is_file()  # noqa: E731
+    done = lambda name: TrainingMetrics.read(Path(plan["runs_dir"]) / name) is not None  # noqa: E731
     return [seed for seed in plan["seeds"] if all(done(f"{arm}-seed{seed}") for arm in ARMS)]
 
 
@@ -88,8 +88,8 @@ def report(plan: dict) -> None:
     runs, curves = {}, {}
     for name in run_names(plan):
         folder = Path(plan["runs_dir"]) / name
-        metrics = json.loads((folder / METRICS).read_text())
-        final, history = metrics["final"], metrics["log_history"]
+        metrics = TrainingMetrics.read(folder)
+        final, history = metrics.final, metrics.log_history
         runs[name] = {
             "eval_loss": final["eval_loss"],
             "train_loss": final["train_loss"],
@@ -107,12 +107,13 @@ def report(plan: dict) -> None:
         mean, half = confidence_interval(losses)
         arms[arm] = {"eval_loss_mean": mean, "eval_loss_ci95_half": half, "eval_losses": losses, "runtimes_s": runtimes}
     budgets = [runs[f"budget-seed{seed}"]["layer_budget"] for seed in plan["seeds"]]
-    before = [b["step_seconds"]["before"]["median"] for b in budgets]
-    after = [b["step_seconds"]["after"]["median"] for b in budgets]
+    # a run resumed after its freeze timed no step before it in that process: None
+    before = [(b["step_seconds"]["before"] or {}).get("median") for b in budgets]
+    after = [(b["step_seconds"]["after"] or {}).get("median") for b in budgets]
     measured = {
         "step_seconds_before": before,
         "step_seconds_after": after,
-        "step_time_saved_share": [1 - a / b for a, b in zip(after, before)],
+        "step_time_saved_share": [1 - a / b if a and b else None for a, b in zip(after, before)],
         "frozen_layers": [b["frozen"] for b in budgets],
         "importance_percent": [b["importance"] for b in budgets],
     }
@@ -137,9 +138,10 @@ def report(plan: dict) -> None:
         f"Seeds: {seeds} (with 2 seeds the t interval has 1 degree of freedom: wide; with 1, none).",
         f"Analytic FLOPs saved: {100 * flops['saved_share']:.1f}% of a step after the freeze, "
         f"{100 * flops['saved_share_of_run']:.1f}% of the run (warm-up and measurement included).",
-        "Measured seconds per step (median) before / after the freeze: "
-        + "; ".join(f"{b:.2f} / {a:.2f}" for b, a in zip(before, after))
-        + " (CPU shared with other processes: wall times are confounded).",
+        "Measured seconds per step (median) before / after the freeze, in the runs: "
+        + "; ".join(f"{half(b)} / {half(a)}" for b, a in zip(before, after))
+        + " (n/a: a run resumed after its freeze; on a CPU shared with other processes these wall times are "
+        "confounded: `scripts/bench_layer_budget.py` measures the step alone).",
         "Produced by: OMP_NUM_THREADS=1 python scripts/layer_budget.py configs/experiments/layer_budget.yaml",
     ]
     (results_dir / "results.md").write_text("\n".join(table + notes) + "\n", encoding="utf-8")

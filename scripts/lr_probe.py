@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import json
 import math
-import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from elc_bert import plots, runs
 from elc_bert.data.corpus import packed_samples
 from elc_bert.data.tokenizer import load_tokenizer
 from elc_bert.job_configs import load_config
+from elc_bert.job_configs.training_metrics import TrainingMetrics
 from elc_bert.training.pretrain import PretrainConfig, corpus, pretrain
 
 
@@ -42,8 +42,8 @@ def train(plan: dict, only: list[str] | None) -> None:
     for lr in plan["learning_rates"]:
         for seed in plan["seeds"]:
             name = run_name(lr, seed)
-            summary = Path(plan["results_dir"]) / "runs" / name / runs.METRICS
-            if summary.exists() or (only is not None and name not in only):
+            summary = Path(plan["results_dir"]) / "runs" / name
+            if TrainingMetrics.read(summary) is not None or (only is not None and name not in only):
                 continue
             print(f"\n== {name} ==", flush=True)
             output_dir = Path(plan["runs_dir"]) / name
@@ -57,8 +57,8 @@ def train(plan: dict, only: list[str] | None) -> None:
                 training={**base.training, "disable_tqdm": False},
             )
             pretrain(config)
-            summary.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(output_dir / runs.METRICS, summary)
+            summary.mkdir(parents=True, exist_ok=True)
+            TrainingMetrics.read(output_dir).write(summary)
 
 
 def unigram_loss(plan: dict) -> float:
@@ -87,14 +87,13 @@ def report(plan: dict) -> None:
     for lr in plan["learning_rates"]:
         for seed in plan["seeds"]:
             name = run_name(lr, seed)
-            summary = out / "runs" / name / runs.METRICS
-            if not summary.exists():
+            metrics = TrainingMetrics.read(out / "runs" / name)
+            if metrics is None:
                 state = sorted((Path(plan["runs_dir"]) / name).glob("checkpoint-*/trainer_state.json"))
-                history = json.loads(state[-1].read_text())["log_history"] if state else []
+                history = TrainingMetrics.of_checkpoint(state[-1].parent).log_history if state else []
                 final = None
             else:
-                metrics = json.loads(summary.read_text())
-                history, final = metrics["log_history"], metrics["final"].get("eval_loss")
+                history, final = metrics.log_history, metrics.final.get("eval_loss")
             evals = [(e["step"], e["eval_loss"]) for e in history if "eval_loss" in e]
             curves[name] = ([s for s, _ in evals], [v for _, v in evals])
             rows[name] = {"lr": lr, "seed": seed, "evals": evals, "final": final}

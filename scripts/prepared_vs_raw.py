@@ -24,8 +24,9 @@ import yaml
 from elc_bert import plots
 from elc_bert.evaluation.blimp import evaluate_blimp
 from elc_bert.job_configs import PretrainConfig
+from elc_bert.job_configs.training_metrics import TrainingMetrics
 from elc_bert.pretrained import load_model
-from elc_bert.runs import METRICS, TOKENIZER
+from elc_bert.runs import TOKENIZER
 from elc_bert.training.pretrain import pretrain, step_words
 
 CORPORA = {"raw": False, "prepared": True}
@@ -44,7 +45,7 @@ def run_config(plan: dict, name: str) -> PretrainConfig:
 
 def train(plan: dict, name: str) -> Path:
     config = run_config(plan, name)
-    if not (Path(config.output_dir) / METRICS).is_file():
+    if TrainingMetrics.read(config.output_dir) is None:
         pretrain(config)
     return Path(config.output_dir)
 
@@ -73,8 +74,8 @@ def report(plan: dict) -> None:
     rows, curves, summary = [], {}, {}
     for name in run_names(plan):
         run = Path(plan["runs_dir"]) / name
-        metrics = json.loads((run / METRICS).read_text())
-        final, history = metrics["final"], metrics["log_history"]
+        metrics = TrainingMetrics.read(run)
+        final, history = metrics.final, metrics.log_history
         blimp = blimp_fast(plan, run)
         low, high = blimp["overall_pairs_wilson95"]
         summary[name] = {

@@ -31,6 +31,7 @@ from elc_bert import ElcBertConfig, ElcBertForMaskedLM, plots
 from elc_bert.data.pretraining import SpanMaskingCollator
 from elc_bert.data.text import file_documents
 from elc_bert.data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
+from elc_bert.job_configs.training_metrics import TrainingMetrics
 from elc_bert.training.pretrain import PretrainConfig, pretrain
 
 REPO = Path(__file__).resolve().parents[1]
@@ -189,7 +190,7 @@ def package_train(args, tokenizer_dir: Path, data_dir: Path, seed: int, out: Pat
         training={"logging_steps": LOG_EVERY, "save_steps": args.steps, "disable_tqdm": True},
     )
     pretrain(config)
-    history = json.loads((out / f"package-seed{seed}" / "metrics.json").read_text())["log_history"]
+    history = TrainingMetrics.read(out / f"package-seed{seed}").log_history
     model = ElcBertForMaskedLM.from_pretrained(out / f"package-seed{seed}")
     return [entry["loss"] for entry in history if "loss" in entry], model
 

@@ -430,3 +430,100 @@ def test_babylm_rules_are_stated_once():
             if len(names) >= 2 and set(names) <= set(layout.TRACKS):  # (model sizes named after tracks hold others)
                 found.append(f"{where}:{node.lineno} lists tracks: {ast.unparse(node)[:80]}")
     assert not found, "\n".join(found)
+
+
+def test_what_a_training_run_measured_is_read_through_its_dataclass():
+    """metrics.json (pretrain, mlm) has one owner, `job_configs.training_metrics.TrainingMetrics`, which the jobs write
+    and the card, eval-babylm and the scripts read: no other module of the package or of scripts/ opens the file
+    (`METRICS`, but for `runs`, which names it, and export, which copies it) or reads its log by key; and a
+    finetune-ner trial's result.json is read as `ner_results.TrialResult`, not by its keys (`"mean_depth_weights" in
+    result`)."""
+    owners = {"elc_bert/job_configs/training_metrics.py", "elc_bert/job_configs/ner_results.py"}
+    names_the_file = {"elc_bert/runs/layout.py", "elc_bert/runs/__init__.py", "elc_bert/hub/export.py"}
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(REPO / "scripts").glob("*.py")]):
+        where = path.relative_to(REPO).as_posix()
+        if where in owners:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        typed = {"log_history"} | ({runs.METRICS} if where != "elc_bert/runs/layout.py" else set())
+        found += [f"{where}:{node.lineno} reads {node.value!r}" for node in _code_strings(tree) if node.value in typed]
+        for node in ast.walk(tree):
+            named = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if named == "METRICS" and where not in names_the_file:
+                found.append(f"{where}:{node.lineno} opens metrics.json: {ast.unparse(node)}")
+            keys = [node.slice] if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) else []
+            keys += [node.left] if isinstance(node, ast.Compare) else []
+            if any(isinstance(key, ast.Constant) and key.value == "mean_depth_weights" for key in keys):
+                found.append(f"{where}:{node.lineno} reads a trial result by key: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
+def test_files_and_folders_are_written_whole_by_one_helper():
+    """Writing a file or a folder whole or not at all (into a scratch one, then renamed into place) is `runs.saved`'s
+    (`replace_file`, `replacing_folder`, `replacing_files`): no other module of the package renames or moves anything
+    (`Path.rename`, `Path.replace`, `os.rename`, `os.replace`, `shutil.move`), but eval-blimp, which sets another
+    model's partial scores aside (`.stale`) rather than writing anything into place."""
+    aside = {"evaluation/blimp.py": ["path.replace(stale)"]}
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where == "runs/saved.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            function = node.func if isinstance(node, ast.Call) else None
+            if not isinstance(function, ast.Attribute):
+                continue
+            module = function.value.id if isinstance(function.value, ast.Name) else None
+            moves = module in ("os", "shutil") and function.attr in ("rename", "renames", "replace", "move")
+            # Path's take one argument; str.replace takes two, dataclasses.replace its changes as keywords
+            path_move = function.attr in ("rename", "replace") and len(node.args) == 1 and not node.keywords
+            if moves or (path_move and module != "dataclasses"):
+                found.setdefault(where, []).append(ast.unparse(node))
+    assert found == aside, found
+
+
+def test_eval_blimp_loads_and_places_its_model_through_eval_babylms_driver():
+    """The device a scored model goes on (the GPU where there is one) is chosen in one place, eval-babylm's driver
+    `babylm.load_scorer`, which eval-blimp's runner loads through: no other function of the package asks
+    `torch.cuda.is_available()`."""
+    from elc_bert import cli
+
+    owner, found = ("evaluation/babylm.py", "load_scorer"), []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(function, ast.FunctionDef) or (where, function.name) == owner:
+                continue
+            asks = [
+                node for node in ast.walk(function) if isinstance(node, ast.Attribute) and node.attr == "is_available"
+            ]
+            found += [f"{where}:{node.lineno} ({function.name}) chooses a device" for node in asks]
+    assert not found, "\n".join(found)
+    runner = inspect.getsource(cli.run_eval_blimp)
+    assert "load_scorer(" in runner and "load_model(" not in runner
+
+
+def test_the_card_asks_the_job_rather_than_switching_on_it():
+    """What a run read and measured, what its card says of its training and limits, and the model it started from
+    are answered by its config class (`corpora`, `measures`, `training_text`, `limitations`, `start_model`,
+    `results_class`, read through `job_configs.Run`): no module of hub/ asks which job a run was (an `isinstance` of a
+    job config class) or names a job by a string literal (`job == "finetune-ner"`, `for job in ("mlm", ...)`)."""
+    from elc_bert.job_configs import CONFIG_CLASSES
+
+    classes = {cls.__name__ for cls in CONFIG_CLASSES.values()}
+    found = []
+    for path in sorted((PACKAGE / "hub").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        where = path.relative_to(PACKAGE)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+                named = {getattr(part, "id", getattr(part, "attr", None)) for part in ast.walk(node.args[1])}
+                if named & classes:
+                    found.append(f"{where}:{node.lineno} asks the job: {ast.unparse(node)}")
+        found += [
+            f"{where}:{node.lineno} names the job {node.value!r}"
+            for node in _code_strings(tree)
+            if node.value in CONFIG_CLASSES
+        ]
+    assert {"pretrain", "mlm", "finetune-ner"} <= set(CONFIG_CLASSES) and not found, "\n".join(found)

@@ -104,35 +104,32 @@ def test_model_card_of_a_few_shot_ner_run(exported, tmp_path):
     assert (out / "depth_profile.png").is_file() and (out / "alpha.png").is_file()
 
 
-def _pretrain_run(train_files: list, data_dir: str):
-    """What the card knows of a pretraining run on `train_files` under `data_dir` (its config only)."""
-    from elc_bert.hub.run_measures import Run
+def _stand_in_note(train_files: list, data_dir: str) -> str:
+    """What the card says of the corpus of a pretraining run on `train_files` under `data_dir` (its config only)."""
+    from elc_bert.job_configs import Run
 
-    return Run("pretrain", PretrainConfig(output_dir="run", train_files=train_files, data_dir=data_dir))
+    config = PretrainConfig(output_dir="run", train_files=train_files, data_dir=data_dir)
+    return config.stand_in_note(Run("pretrain", config))
 
 
 @pytest.mark.parametrize("sources", [4, 10])
 def test_card_says_whether_the_pretraining_corpus_was_babylm(tmp_path, sources):
-    from elc_bert.hub.model_card import _stand_in_note
-
     folder = tmp_path / "babylm" / "2023" / "train_10M"
     folder.mkdir(parents=True)
     for i in range(sources):
         (folder / f"source{i}.train.gz").write_bytes(b"")
-    note = _stand_in_note(_pretrain_run(["babylm/2023/train_10M"], str(tmp_path)))
+    note = _stand_in_note(["babylm/2023/train_10M"], str(tmp_path))
     if sources == 10:
         assert note.startswith("Trained on the BabyLM 2023 corpus")
     else:
         assert note.startswith("**Stand-in corpus, not BabyLM.**") and "4 of the 10" in note
-    with_wikitext = _stand_in_note(_pretrain_run(["babylm/2023/train_10M", "wikitext2/train.txt"], str(tmp_path)))
+    with_wikitext = _stand_in_note(["babylm/2023/train_10M", "wikitext2/train.txt"], str(tmp_path))
     assert with_wikitext.startswith("**Stand-in corpus, not BabyLM.**") and "wikitext2/train.txt" in with_wikitext
 
 
 def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path):
     """The card names the data as the run's saved config does: local files by their path (no Hub dataset claimed),
     a Hub dataset by its id; its install line is one that works for a package that is not on PyPI."""
-    from elc_bert.hub.model_card import _stand_in_note
-
     local = tmp_path / "wikitext2"
     local.mkdir()
     model = ElcBertForMaskedLM(_elc()).eval()
@@ -162,7 +159,7 @@ def test_card_names_the_data_really_used_and_an_install_line_that_works(tmp_path
         assert install_instructions() in text and "<" not in install_instructions()
         assert 'pipeline("fill-mask", model="USER/NAME", trust_remote_code=True)' in text
     # A pretraining run may read a Hub dataset (a dict entry) besides local files.
-    note = _stand_in_note(_pretrain_run(["a.txt", {"path": "org/corpus", "name": "en"}], "d"))
+    note = _stand_in_note(["a.txt", {"path": "org/corpus", "name": "en"}], "d")
     assert "local files `d/a.txt` plus the Hub dataset `org/corpus` (en)" in note
 
 
@@ -193,7 +190,7 @@ def test_card_data_source_is_what_the_job_read_not_what_the_export_folder_holds(
     """Local or Hub data is told from the run (its config; the folder it ran in where the run shows it), never from
     the folder `export` runs in; the model-index's dataset type is the dataset's Hub id, never a local path."""
     from elc_bert.hub.model_card import card_data
-    from elc_bert.hub.run_measures import read_run
+    from elc_bert.job_configs import read_run
 
     elsewhere = tmp_path / "elsewhere"  # export runs here: no data/ folder, but a Salesforce/wikitext one
     (elsewhere / "Salesforce" / "wikitext").mkdir(parents=True)

@@ -115,7 +115,7 @@ def test_analysis_and_model_card_tell_the_plot_the_first_fused_state(tmp_path, m
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import BertConfig, PreTrainedTokenizerFast
 
-    from elc_bert import LayerFusionConfig, LayerFusionModel, plots, runs
+    from elc_bert import LayerFusionConfig, LayerFusionModel, plots
     from elc_bert.analysis import analyze, report
     from elc_bert.hub import model_card
 
@@ -140,6 +140,6 @@ def test_analysis_and_model_card_tell_the_plot_the_first_fused_state(tmp_path, m
         tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]"
     )
     analyze(model.eval(), tokenizer, ["a b c", "c b a a"], tmp_path / "analysis", strategies=())
-    monkeypatch.setattr(runs, "mean_depth_profiles", lambda run_dir: {8: (2, [0.2, 0.3, 0.5])})
+    monkeypatch.setattr(model_card, "mean_depth_profiles", lambda run_dir: {8: (2, [0.2, 0.3, 0.5])})
     model_card._figures(model, model_card.Run("finetune-ner", dir=tmp_path), tmp_path)
     assert drawn == [0 if fuse_embeddings else 1] * 2

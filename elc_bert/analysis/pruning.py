@@ -19,7 +19,6 @@ ELC-BERT its extra blocks' logits, as the backbone's blocks.
 import copy
 import json
 import logging
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from ..models.modeling_layer_fusion import (
     LastLayer,
     LayerAverage,
 )
+from ..runs.saved import replacing_folder
 from .interventions import layer_list, num_layers
 
 logger = logging.getLogger(__name__)
@@ -185,14 +185,10 @@ def prune_saved(
     if not allow_unloaded_weights:
         check_weights_loaded(source, model, loading_info, "Pass --allow-unloaded-weights to prune it anyway.")
     pruned = prune(model.eval(), [index for index in range(total) if index not in kept])
-    partial = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    pruned.save_pretrained(partial)
-    load_tokenizer(tokenizer_source).save_pretrained(partial)
     record = {"source": str(source), "layers": total, "kept": kept, "dropped": sorted(set(range(total)) - set(kept))}
-    (partial / PRUNING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    if out_dir.exists():
-        shutil.rmtree(out_dir) if out_dir.is_dir() else out_dir.unlink()
-    partial.rename(out_dir)
+    with replacing_folder(out_dir, out_dir.with_name(out_dir.name + ".partial")) as partial:
+        pruned.save_pretrained(partial)
+        load_tokenizer(tokenizer_source).save_pretrained(partial)
+        (partial / PRUNING_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     logger.info("%s: %d of %d layers kept (%s)", out_dir, len(kept), total, kept)
     return out_dir

@@ -18,7 +18,6 @@ import copy
 import json
 import logging
 import math
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from tqdm.auto import tqdm
 
 from .. import plots
 from ..models.errors import InputError
+from ..runs.saved import replace_file
 from .interventions import layer_list, num_layers
 
 logger = logging.getLogger(__name__)
@@ -159,10 +159,8 @@ def _load(path: Path, settings: RecoverySettings) -> dict[int, dict]:
 
 
 def _write(path: Path, settings: RecoverySettings, rows: dict[int, dict]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
     document = {"settings": asdict(settings), "layers": [rows[layer] for layer in sorted(rows)]}
-    temporary.write_text(json.dumps(document, indent=2))
-    os.replace(temporary, path)  # an interrupted write leaves the previous file whole
+    replace_file(path, json.dumps(document, indent=2))
 
 
 def check_recovery(model, steps: int, layers=None, **options) -> list[int]:

@@ -18,7 +18,6 @@ extra.
 import json
 import logging
 import re
-import shutil
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from functools import cache
@@ -28,6 +27,7 @@ import filelock
 
 from ..extras import needs
 from ..models.errors import InputError, InputExistsError, InputNotFoundError
+from ..runs.saved import replacing_folder
 from .text import files_under, numbered_lines
 
 logger = logging.getLogger(__name__)
@@ -556,16 +556,10 @@ def prepare_corpus(inputs: Iterable[str | Path], out_dir: str | Path, progress: 
                 raise InputExistsError(f"{out_dir} holds {what}: choose another output folder or remove it")
             logger.info("%s: already prepared from these files", out_dir)
             return [PreparedFile(**entry) for entry in done["files"].values()]
-        scratch = Path(f"{out_dir}.partial")
-        if scratch.exists():
-            shutil.rmtree(scratch)  # a killed preparation's: never read as a corpus (its name is not out_dir)
-        prepared = [_prepare_file(path, scratch, name, progress) for path, name in files]
-        entries = {entry.output: asdict(entry) for entry in prepared}
-        manifest = {**recipe, "files": entries}
-        (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            out_dir.rmdir()  # empty
-        scratch.rename(out_dir)
+        with replacing_folder(out_dir, Path(f"{out_dir}.partial")) as scratch:  # an empty out_dir is replaced
+            prepared = [_prepare_file(path, scratch, name, progress) for path, name in files]
+            manifest = {**recipe, "files": {entry.output: asdict(entry) for entry in prepared}}
+            (scratch / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return prepared
 
 

@@ -54,6 +54,7 @@ from ..runs.layout import (
     check_pipeline_model_dir,
     record_pipeline_model,
 )
+from ..runs.saved import replace_file
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
 from . import reading
 
@@ -623,26 +624,19 @@ def _row_start(source: str, commit: str | None) -> dict:
 def _step(folder: Path) -> int | None:
     """The training step a model folder holds: a checkpoint's, a words-seen checkpoint's, a final model's."""
     from .. import runs
+    from ..job_configs.training_metrics import TrainingMetrics
 
     state = folder / runs.TRAINER_STATE
     if state.is_file():
         return json.loads(state.read_text(encoding="utf-8")).get("global_step")
     if "step" in _words_seen(folder):
         return _words_seen(folder)["step"]
-    metrics = folder / runs.METRICS
-    if metrics.is_file():
-        history = json.loads(metrics.read_text(encoding="utf-8")).get("log_history", [])
-        steps = [entry["step"] for entry in history if "step" in entry]
-        return max(steps) if steps else None
-    return None
+    metrics = TrainingMetrics.read(folder)
+    return None if metrics is None else metrics.step
 
 
 def _write_json(path: Path, value) -> None:
-    """Writes `value` whole or not at all (a kill mid-write leaves the old file or none)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    partial.replace(path)
+    replace_file(path, json.dumps(value, indent=2) + "\n")
 
 
 def result_key(weights: str, files: list[Path], pll: str | None, temperature: float | None) -> dict:
@@ -651,6 +645,18 @@ def result_key(weights: str, files: list[Path], pll: str | None, temperature: fl
     the data files (name and size), the PLL variant and the temperature."""
     data = [[path.name, path.stat().st_size] for path in files]
     return {"model": weights, "data": data, "pll": pll, "temperature": temperature}
+
+
+def load_scorer(source: str | Path, kind: str | None = None, device: str | None = None, **loading) -> tuple:
+    """(model, tokenizer, kind) of `source` with its LM head (`pretrained.load_model`; `kind` "causal" forces a
+    decoder), on `device`: by default the GPU where there is one, else the CPU. eval-babylm's and eval-blimp's."""
+    import torch
+
+    from ..pretrained import load_model
+
+    loaded = load_model(str(source), kind, lm_head=True, **loading)
+    loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return loaded
 
 
 def evaluate_babylm(
@@ -721,10 +727,7 @@ def _score_revision(
 ) -> None:  # fmt: skip
     """Scores `revision` of `model`, the model at `source` (at `commit` of a Hub repository), on `tasks` into the
     results tree under `out_dir`, adding each task's values to its summary `row` as it is done (`evaluate_babylm`)."""
-    import torch
-
     from .. import runs
-    from ..pretrained import load_model
 
     folder = runs.pipeline_model_dir(out_dir, model) / revision
     weights = runs.fingerprint(source) if Path(source).is_dir() else f"{source}@{commit}" if commit else source
@@ -740,8 +743,7 @@ def _score_revision(
                 continue
             logger.info("%s: made with other settings or weights: scored again", result_file)
         if loaded is None:
-            loaded = load_model(source, lm_head=True, revision=commit)
-            loaded[0].to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            loaded = load_scorer(source, device=device, revision=commit)
             if loaded[2] != "causal" and loaded[1].mask_token_id is None:
                 raise InputError(f"{source}: a masked LM needs a tokenizer with a mask token")
             for each in tasks:  # every task's sentences, before the first is scored
@@ -819,6 +821,7 @@ __all__ = [
     "result_key",
     "score_items",
     "evaluate_babylm",
+    "load_scorer",
     "model_folders",
     "summary_table",
 ]

@@ -338,10 +338,7 @@ def collate(
     submission = {key: full[key] for key in [task.key for task in TASKS.values()] + ["aoa", "glue"]}
     submission["fast_eval_results"] = fast
     out_file = Path(out_file) if out_file else output_file(results_dir, model_name, backend)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_file.with_name(out_file.name + ".partial")
-    partial.write_text(json.dumps(submission), encoding="utf-8")  # json.dump's defaults, as the pipeline writes
-    partial.replace(out_file)
+    runs.replace_file(out_file, json.dumps(submission))  # json.dump's defaults, as the pipeline writes
     logger.info("%s: %s, revision %s and %d checkpoint revisions", out_file, track, revision, len(revisions))
     return out_file
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import torch
 
-from elc_bert import models
+from elc_bert import models, runs
 from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 
 from ..models.errors import InputError, InputNotFoundError
-from .export import check_out_dir, written_in_place_of
+from .export import check_out_dir, give_usual_modes
 
 PROBE_LENGTHS = (12, 7)  # a padded batch: one full row, one with padding
 
@@ -108,7 +108,7 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
     reference = _reference_model(source, config, architecture)
     if reference is not None:
         checks["the reference's own code"] = _compare(ours, probe_outputs(reference, *batch), "the reference", atol)
-    with written_in_place_of(out_dir) as scratch:
+    with runs.replacing_folder(out_dir) as scratch:
         model.save_pretrained(scratch)
         tokenizer_files = [p for p in source.iterdir() if p.name.startswith(("tokenizer", "vocab", "special_tokens"))]
         for path in tokenizer_files:
@@ -121,4 +121,5 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
         if reference is None:
             report["note"] = "the folder ships no reference code: checked against the converted folder only"
         (scratch / "conversion.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        give_usual_modes(scratch)
     return out_dir

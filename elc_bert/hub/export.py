@@ -9,19 +9,16 @@ it with `trust_remote_code=True`. The card carries a run's metrics only when tha
 fingerprints it records, `elc_bert.runs`).
 """
 
-import contextlib
 import importlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from elc_bert import runs
 from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 from elc_bert.integrations import write_sentence_files
-from elc_bert.job_configs import CONFIG_CLASSES, jobs_of, saved_config
+from elc_bert.job_configs import CONFIG_CLASSES, read_run
 from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 from elc_bert.pretrained import find_tokenizer
@@ -116,11 +113,9 @@ def auto_map(config_class, family: dict) -> dict:
 
 
 def _run_start_model(run_dir: Path | None) -> str | None:
-    """The `model` a fine-tuning run (mlm, finetune-ner) started from, as its resolved config names it."""
-    for job in ("mlm", "finetune-ner"):
-        if run_dir is not None and job in jobs_of(run_dir):
-            return saved_config(run_dir, job).model
-    return None
+    """The model a fine-tuning run started from, as its resolved config names it (None: from scratch, or no run)."""
+    config = read_run(run_dir).config
+    return None if config is None else config.start_model
 
 
 def model_of_run(run_dir: Path, model_dir: Path) -> str:
@@ -163,30 +158,12 @@ def _current_umask() -> int:
 
 def give_usual_modes(folder: Path) -> None:
     """Gives `folder` and everything in it the modes a plain write gives under the umask (0755 and 0644 under 022):
-    the scratch folder (`mkdtemp`) is 0700, and transformers writes the weights through a temporary file, 0600, so
-    that a copy or an upload of the folder would keep them private to one user."""
+    transformers writes the weights through a temporary file, 0600, so that a copy or an upload of the folder would
+    keep them private to one user."""
     umask = _current_umask()
     for path in [folder, *folder.rglob("*")]:
         if not path.is_symlink():
             path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
-
-
-@contextlib.contextmanager
-def written_in_place_of(out_dir: Path):
-    """A scratch folder next to `out_dir` to write into; when the block succeeds it replaces `out_dir` (with the
-    usual modes, `give_usual_modes`), when it fails it is removed: a failed write leaves no half-written folder and
-    the old `out_dir` as it was."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}-"))
-    try:
-        yield scratch
-        give_usual_modes(scratch)
-    except BaseException:
-        shutil.rmtree(scratch, ignore_errors=True)
-        raise
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    scratch.rename(out_dir)
 
 
 def export(
@@ -235,8 +212,6 @@ def export(
     run_model = None
     left_out = None if metrics else "the export was asked for none (`--no-metrics`)"  # why the card has no metrics
     if run_dir is not None:
-        from .run_measures import read_run
-
         check_out_dir(run_dir, out_dir, overwrite)
         read_run(run_dir)  # a run the card can read
         if given_run_dir or runs.recorded_models(run_dir) is not None:
@@ -258,8 +233,9 @@ def export(
         name=out_dir.name,  # not the scratch folder's
     )
     sentence = dict(like=sentence_like) if sentence or sentence_like is not None else None
-    with written_in_place_of(out_dir) as scratch:
+    with runs.replacing_folder(out_dir) as scratch:
         _write_export(source, model_dir, scratch, run_dir, tokenizer, card, sentence)
+        give_usual_modes(scratch)
     return out_dir
 
 
@@ -302,4 +278,4 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
     write_model_card(out_dir, model, **card)
 
 
-__all__ = ["export", "find_model_dir", "auto_map", "check_out_dir", "written_in_place_of"]
+__all__ = ["export", "find_model_dir", "auto_map", "check_out_dir", "give_usual_modes"]

@@ -1,7 +1,7 @@
 """The README.md (model card) of an exported folder, filled from the templates in `model_cards/` with the model and
-what its run measured and read (`run_measures`).
+what its run measured and read (`job_configs.Run`, which asks the run's config class).
 
-Only what the run measured is written (`run_measures.measures`), nothing is derived or filled in, and the data is
+Only what the run measured is written (`Run.measures`), nothing is derived or filled in, and the data is
 named as the run's saved config names it (local files by their path in the text, and in the model-index by the id of
 the dataset they copy, never a path; Hub datasets by their id). Without a run directory, or with the run's metrics
 left out, the card has no results and says why.
@@ -23,21 +23,11 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 import elc_bert
 from elc_bert import plots, runs
 from elc_bert.intervals import mean_and_interval
-from elc_bert.job_configs import FinetuneNerConfig, MlmConfig, PretrainConfig
+from elc_bert.job_configs import Measure, Run, read_run, shown_path
+from elc_bert.job_configs.ner_results import mean_depth_profiles
 from elc_bert.models import AUTO_CLASSES, FUSIONS, ElcBertModel, LayerFusionModel
 
 from ..models.errors import InputError, InputNotFoundError
-from .run_measures import (
-    Measure,
-    Run,
-    base_model,
-    measures,
-    ner_samples,
-    read_run,
-    run_corpora,
-    shown_path,
-    whole_ner_dataset,
-)
 
 TEMPLATES_DIR = Path(__file__).parent / "model_cards"  # a link to the repo's model_cards/; a folder in the wheel
 # What works while no repository URL is recorded: the package is not on PyPI.
@@ -47,8 +37,6 @@ CLONE_INSTALL = (
 )
 
 logger = logging.getLogger(__name__)
-
-BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
 PIPELINE_TAGS = {
     "ForMaskedLM": ("fill-mask", "Masked language modelling"),
@@ -114,77 +102,19 @@ def _table_row(measure: Measure) -> str:
 def measured_results(run: Run, task: tuple[str, str]) -> tuple[list[EvalResult], list[str]]:
     """The model-index results and the Markdown table rows of what the run measured (and nothing else): a measure
     over the training run has a row, no model-index entry."""
-    found = measures(run)
+    found = run.measures()
     results = [_index_entry(task, measure) for measure in found if measure.corpus is not None]
     return results, [_table_row(measure) for measure in found]
 
 
-def _stand_in_note(run: Run) -> str:
-    """Says plainly whether the pretraining files were the BabyLM 2023 strict-small corpus or a stand-in."""
-    files, data_dir = run.config.train_files, Path(run.config.data_dir)
-    babylm = [f for f in files if isinstance(f, str) and Path(f).parts[:1] == ("babylm",)]
-    training, _ = run_corpora(run)
-    others = [corpus for f, corpus in zip(files, training) if f not in babylm]
-    sources = []
-    for entry in babylm:
-        folder = data_dir / entry
-        if not folder.exists():
-            return (
-                f"The training files ({', '.join(babylm)} under `{data_dir}`) could not be found when this card was "
-                "written, so the card cannot tell whether they were the full BabyLM 2023 corpus."
-            )
-        sources += sorted(p.name.split(".")[0] for p in folder.iterdir()) if folder.is_dir() else [folder.name]
-    if babylm and not others and len(sources) >= BABYLM_SOURCES:
-        return f"Trained on the BabyLM 2023 corpus files {', '.join(babylm)}."
-    parts = []
-    if babylm:
-        parts.append(f"{len(sources)} of the {BABYLM_SOURCES} BabyLM 2023 strict-small sources ({', '.join(sources)})")
-    parts += [str(corpus) for corpus in others]
-    return (
-        "**Stand-in corpus, not BabyLM.** This model was not trained on the BabyLM 2023 strict-small corpus that "
-        f"ELC-BERT was designed for, but on a stand-in: {' plus '.join(parts)}. Its numbers are not comparable "
-        "with published BabyLM results."
-    )
-
-
-def _sample_text(run: Run) -> str:
-    """ " (a sample: ...)" when a finetune-ner run read only part of its dataset's splits, else ""."""
-    samples = ner_samples(run)
-    return f" (a sample: {'; '.join(samples.values())})" if samples else ""
-
-
 def _training_text(run: Run, model_dir: str, run_model: str | None) -> str:
-    """What the run did, on which data; `run_model`: where in the run the exported weights were saved."""
-    config = run.config
-    training, _ = run_corpora(run)
-    data = "; ".join(map(str, training)) or "data the run's config does not name"
-    saved_as = f" (`{run_model}`)" if run_model else ""
-    if config is None:
+    """What the run did, on which data (its config class says); `run_model`: where in the run the exported weights
+    were saved."""
+    if run.config is None:
         return "No run directory was given to the export, so this card records no training details and no results."
-    if isinstance(config, PretrainConfig):
-        return (
-            f"Pretrained from scratch with `elc-bert pretrain` (run `{shown_path(run.dir)}`): preset "
-            f"`{config.preset}`, {config.max_steps} steps of batch {config.batch_size} x {config.seq_length} "
-            f"tokens, optimizer {config.optimizer}, peak learning rate {config.learning_rate}, seed {config.seed}; "
-            f"training data: {data}.\n\n" + _stand_in_note(run)
-        )
-    if isinstance(config, MlmConfig):
-        how = "plain" if config.fusion is None else f"through a {config.fusion} fusion head"
-        return (
-            f"Masked-LM fine-tuning of `{config.model}` ({how}) on {data} with `elc-bert mlm` (run "
-            f"`{shown_path(run.dir)}`): {config.epochs} epochs, learning rate {config.learning_rate}, blocks of "
-            f"{config.block_size} tokens, seed {config.seed}; the checkpoint with the best validation "
-            f"loss{saved_as} is the one exported."
-        )
-    mode = "backbone frozen (feature extraction)" if config.freeze_backbone else "all weights trained"
-    text = (
-        f"Few-shot NER on {data}{_sample_text(run)} with `elc-bert finetune-ner` (run `{shown_path(run.dir)}`): "
-        f"backbone `{config.model}`, fusion {config.fusion}, {mode}; N in {config.shots}, {config.trials} trials each, "
-        f"{config.epochs} epochs, learning rate {config.learning_rate}; each trial keeps its best dev-set epoch."
-    )
-    weights = f"are the run's `{run_model}`" if run_model else f"come from `{model_dir}`"
-    results = "; the results below describe all of the run's trials, not these exact weights" if run.measured else ""
-    return text + f"\n\nThe weights exported here {weights}, one trial's best dev epoch{results}."
+    training, _ = run.corpora()
+    data = "; ".join(map(str, training)) or "data the run's config does not name"
+    return run.config.training_text(run, data, run_model, model_dir)
 
 
 def _figures(model, run: Run, out_dir: Path) -> str:
@@ -200,7 +130,7 @@ def _figures(model, run: Run, out_dir: Path) -> str:
             )
         )
     run_dir = None if run.left_out else run.dir  # the run's plots are measurements too
-    recorded = runs.mean_depth_profiles(run_dir) if run_dir is not None and run.job == "finetune-ner" else {}
+    recorded = mean_depth_profiles(run_dir) if run_dir is not None else {}  # none but a finetune-ner run's
     profiles = {f"N={shots} ({trials} trials)": weights for shots, (trials, weights) in recorded.items()}
     if profiles:
         first_state = 0 if getattr(model.config, "fuse_embeddings", True) else 1  # z_0 (the embeddings) or z_1
@@ -354,12 +284,9 @@ def card_data(model, run: Run, title: str, license: str) -> tuple[ModelCardData,
     if is_fusion and model.config.backbone_config.model_type == "elc_bert":
         tags.append("elc-bert")
     tags += [pipeline_tag, "custom_code"]
-    training, evaluation = run_corpora(run)
+    training, evaluation = run.corpora()
     # Hub ids only: of the datasets read from the Hub, and of a known dataset read in full from local files
-    datasets = [corpus.path for corpus in training + evaluation if corpus.on_hub]
-    if isinstance(run.config, FinetuneNerConfig) and whole_ner_dataset(run):
-        datasets.append(evaluation[0].dataset_id)
-    datasets = list(dict.fromkeys(datasets))
+    datasets = list(dict.fromkeys(corpus.listed_id for corpus in training + evaluation if corpus.listed_id))
     data = ModelCardData(
         license=license,
         language=["en"],
@@ -367,7 +294,7 @@ def card_data(model, run: Run, title: str, license: str) -> tuple[ModelCardData,
         pipeline_tag=pipeline_tag,
         tags=tags,
         datasets=datasets or None,
-        base_model=base_model(run),
+        base_model=run.base_model,
         model_name=title,
         eval_results=results or None,
     )
@@ -383,21 +310,11 @@ def _results_text(run: Run, rows: list[str]) -> str:
 
 
 def _limitations(model, run: Run, templates_dir: Path, num_parameters: str) -> str:
-    size_note = f"Small: {num_parameters} parameters"
-    if isinstance(run.config, PretrainConfig):
-        size_note += f", pretrained for {run.config.max_steps} optimizer steps"
-    size_note += "; treat it as a research artefact, not a general-purpose language model."
-    extra = []
-    if run.results is not None and run.results.shots:
-        tested = run.results.tested
-        extra.append(
-            "- The NER F1 scores are each trial's best dev-set epoch: model selection on the dev set makes them "
-            + (
-                "optimistic (the run's results.json holds test-set scores too)."
-                if tested
-                else "optimistic; no test-set score was measured."
-            )
-        )
+    trained, extra = run.config.limitations(run) if run.config is not None else ("", [])
+    size_note = (
+        f"Small: {num_parameters} parameters{trained}; treat it as a research artefact, not a general-purpose "
+        "language model."
+    )
     if isinstance(model.base_model, LayerFusionModel) and model.config.freeze_backbone:
         extra.append("- The backbone is frozen: only the fusion module and the head were trained.")
     return _fill(templates_dir, "limitations.md", size_note=size_note, extra_limitations="\n".join(extra))

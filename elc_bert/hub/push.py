@@ -125,7 +125,7 @@ def _refuse_gaps(run_dir: Path, sources: dict[str, Path]) -> None:
     kept = [REVISION_WORDS[name] for name in sources if name != "main"]
     milestones = REVISION_WORDS.values()
     if runs.config_file(run_dir, PretrainConfig.job).is_file():
-        milestones = saved_config(run_dir, "pretrain").checkpoint_words
+        milestones = saved_config(run_dir, PretrainConfig.job).checkpoint_words
     missing = [
         words
         for words in sorted(set(milestones))

@@ -21,6 +21,7 @@ from .fields import (  # noqa: F401
 from .finetune_glue import FinetuneGlueConfig
 from .finetune_ner import FinetuneNerConfig
 from .help import describe_config  # noqa: F401
+from .measures import Corpus, Measure, Run, shown_path  # noqa: F401
 from .mlm import MlmConfig
 from .pretrain import PretrainConfig
 
@@ -35,6 +36,7 @@ __all__ = [
     "MlmConfig",
     "PretrainConfig",
     "jobs_of",
+    "read_run",
     "refuse_other_jobs",
     "saved_config",
 ]
@@ -63,3 +65,15 @@ def saved_config(run_dir: str | Path, job: str):
     if not path.is_file():
         raise InputNotFoundError(f"{run_dir}: no {path.name}, so not a run of elc-bert {job}")
     return load_config(CONFIG_CLASSES[job], path)
+
+
+def read_run(run_dir: str | Path | None) -> Run:
+    """The run's job, saved config and results (its config class's `results_class`), from the files its job wrote."""
+    if run_dir is None:
+        return Run()
+    carded = [cls for cls in CONFIG_CLASSES.values() if cls.results_class is not None]
+    for cls in carded:
+        if cls.job in jobs_of(run_dir):
+            return Run(cls.job, saved_config(run_dir, cls.job), cls.results_class.read(Path(run_dir)), Path(run_dir))
+    names = ", ".join(runs.config_file(run_dir, cls.job).name for cls in carded)
+    raise InputNotFoundError(f"{run_dir}: not a run directory (none of {names})")

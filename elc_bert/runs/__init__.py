@@ -19,8 +19,8 @@ through these names and the readers (export and its model card, the scorecard, t
     .saving/                    pretrain, finetune-ner: a final model being saved, moved into place when whole
 
 One module per question: `layout` (names, which job made a folder, what counts as work), `saved` (checkpoints and
-whether they are whole, files replaced whole, full disks), `writers` (the writer lock, shared starts, trial claims),
-`fingerprints` (which models a run made). What a model name stands for and where its tokenizer is are
+whether they are whole, files and folders written whole, full disks), `writers` (the writer lock, shared starts,
+trial claims), `fingerprints` (which models a run made). What a model name stands for and where its tokenizer is are
 `pretrained`'s. They import only `models.loading` from the rest of the package, so that every layer may import them.
 """
 
@@ -53,7 +53,6 @@ from .layout import (  # noqa: F401
     glue_dir,
     has_work,
     links_out_of,
-    mean_depth_profiles,
     pipeline_model_dir,
     trial_dir,
 )
@@ -62,6 +61,8 @@ from .saved import (  # noqa: F401
     checkpoints,
     last_checkpoint,
     naming_full_disk,
+    replace_file,
     replacing_files,
+    replacing_folder,
 )
 from .writers import claim, hold_run_folder, holder, remove_starting_lock, starting_trials  # noqa: F401

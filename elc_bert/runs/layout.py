@@ -248,17 +248,3 @@ def links_out_of(folder: str | Path, paths=None) -> list[Path]:
     root = Path(folder).resolve()
     paths = Path(folder).rglob("*") if paths is None else paths
     return [path for path in paths if Path(path).is_symlink() and not Path(path).resolve().is_relative_to(root)]
-
-
-def mean_depth_profiles(run_dir: str | Path) -> dict[int, tuple[int, list[float]]]:
-    """{N: (trials, DWAtt's mean depth weights averaged over those trials)} of a finetune-ner run, from what its
-    finished trials recorded in result.json (`mean_depth_weights`; empty when none did)."""
-    by_shots = {}
-    for result_file in trial_results(run_dir):
-        result = json.loads(result_file.read_text(encoding="utf-8"))
-        if "mean_depth_weights" in result:
-            by_shots.setdefault(result["shots"], []).append(result["mean_depth_weights"])
-    return {
-        shots: (len(weights), [sum(column) / len(column) for column in zip(*weights)])
-        for shots, weights in sorted(by_shots.items())
-    }

@@ -1,5 +1,5 @@
-"""What a run saved and whether it is whole: the checkpoints to resume from (a damaged one passed over), final
-files replaced whole, and a full disk named.
+"""What a run saved and whether it is whole: the checkpoints to resume from (a damaged one passed over), files and
+folders written whole or not at all (the one owner of the write-then-rename), and a full disk named.
 """
 
 import contextlib
@@ -10,6 +10,7 @@ import os
 import pickle
 import re
 import shutil
+import uuid
 import zipfile
 from pathlib import Path
 
@@ -65,6 +66,56 @@ def replacing_files(folder: str | Path, writes: bool = True):
     for path in sorted(scratch.iterdir(), key=lambda path: path.name == "config.json"):
         os.replace(path, folder / path.name)
     scratch.rmdir()
+
+
+def _scratch_name(path: Path) -> str:
+    """A hidden name beside `path` that no other write (process or thread) uses; made with the usual modes (umask),
+    unlike `tempfile`'s private ones."""
+    return f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
+
+
+def replace_file(path: str | Path, text: str) -> None:
+    """Writes `text` to `path` (its folder made if need be) whole or not at all: into a scratch file of its own
+    beside it, then renamed onto `path`, so that a reader, a process killed at any moment or another writer of the
+    same file sees the old file or a new one, never one cut short or mixed."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(_scratch_name(path))
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def replacing_folder(folder: str | Path, scratch: str | Path | None = None):
+    """Yields a scratch folder to write `folder` into; when the `with` block ends without an error, it takes the
+    place of `folder` (a folder or file there is removed) by a rename, so that `folder` never holds a write cut
+    short. The scratch folder is a new one of its own beside `folder` (two writers at once each write whole), or
+    `scratch` where the caller holds the folder alone (a run's lock): one left there by a killed write is removed
+    before writing. One whose write raised is removed at once; an interruption (Ctrl-C) leaves it, as a kill does:
+    stopping is not held up by deleting a large folder."""
+    folder = Path(folder)
+    if scratch is None:
+        scratch = folder.with_name(_scratch_name(folder))
+        scratch.mkdir(parents=True)
+    else:
+        scratch = Path(scratch)
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        scratch.mkdir(parents=True)
+    try:
+        yield scratch
+    except Exception:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    if folder.is_dir() and not folder.is_symlink():
+        shutil.rmtree(folder)
+    elif folder.exists() or folder.is_symlink():
+        folder.unlink()
+    scratch.rename(folder)
 
 
 def checkpoint_damage(checkpoint: Path) -> str | None:

@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 from ..job_configs.layer_budget import LayerBudget
 from ..models.errors import InputError
+from ..runs.saved import replace_file
 
 logger = logging.getLogger(__name__)
 
@@ -144,9 +145,7 @@ class FreezeLeastImportantLayers(TrainerCallback):
         return record
 
     def _write(self, record: dict) -> None:
-        partial = self.record_file.with_name(self.record_file.name + ".partial")  # a kill leaves the old file whole
-        partial.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        partial.replace(self.record_file)
+        replace_file(self.record_file, json.dumps(record, indent=2) + "\n")
 
     def _freeze(self, model, frozen: list[int]) -> None:
         layers = len(encoder_layers(model))

@@ -4,7 +4,6 @@ Trains with the Trainer, keeps the checkpoint with the best validation loss, and
 as the (masked-LM) perplexity, as the DWAtt paper does.
 """
 
-import json
 import math
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from ..data.text import read_lines
 from ..data.tokenizer import load_tokenizer
 from ..extras import needs, require
 from ..job_configs import MlmConfig, refuse_other_jobs, save_config
+from ..job_configs.training_metrics import TrainingMetrics
 from ..models import LayerFusionForMaskedLM
 from ..models.errors import InputError, InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_vocabulary, load_pretrained
@@ -194,8 +194,8 @@ def _train(config: MlmConfig, model_path: str, tokenizer, train, validation, tes
     if published is not None and trainer.is_world_process_zero():
         runs.record_model(output_dir, published)
     metrics = perplexities(trainer, test, config.seed)
-    (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": trainer.state.log_history}))
     history = trainer.state.log_history
+    TrainingMetrics(metrics, history).write(output_dir)
     curve = [(e["epoch"], e["eval_loss"]) for e in history if "eval_loss" in e]
     if curve:
         curves = {"validation": tuple(zip(*curve))}

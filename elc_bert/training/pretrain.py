@@ -20,6 +20,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer, train_tokenizer
 from ..extras import needs, require
 from ..job_configs import PretrainConfig, refuse_other_jobs, save_config
 from ..job_configs.layer_budget import LayerBudget
+from ..job_configs.training_metrics import TrainingMetrics
 from ..models import ElcBertConfig, ElcBertForMaskedLM
 from ..models.errors import InputError
 from ..models.loading import check_weights_loaded, load_pretrained
@@ -239,9 +240,7 @@ class CheckpointsAreModels(TrainerCallback):
             config_file = folder / "config.json"
             config = json.loads(config_file.read_text(encoding="utf-8"))
             config["sparse_prediction"] = False
-            partial = config_file.with_name(config_file.name + ".partial")  # a kill leaves the old file whole
-            partial.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            partial.replace(config_file)
+            runs.replace_file(config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
             save_tokenizer(self.tokenizer, folder)
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
@@ -257,19 +256,18 @@ class CheckpointsAreModels(TrainerCallback):
         folder = words_checkpoint(self.output_dir, words)
         if folder.exists():  # kept before a resume: the same weights
             return
-        scratch = self.output_dir / f".{folder.name}.partial"
         model = getattr(model, "module", model)
-        sparse, model.config.sparse_prediction = model.config.sparse_prediction, False
-        try:
-            model.save_pretrained(scratch)
-        finally:
-            model.config.sparse_prediction = sparse
-        save_tokenizer(self.tokenizer, scratch)
-        record = {"words": seen, "milestone": words, "step": step}
-        if self.words_scale != 1:  # a dry run: the milestone's name is not the words it saw
-            record["checkpoint_words_scale"] = self.words_scale
-        (scratch / runs.WORDS_SEEN).write_text(json.dumps(record) + "\n")
-        scratch.rename(folder)
+        with runs.replacing_folder(folder, self.output_dir / f".{folder.name}.partial") as scratch:  # the run's lock
+            sparse, model.config.sparse_prediction = model.config.sparse_prediction, False
+            try:
+                model.save_pretrained(scratch)
+            finally:
+                model.config.sparse_prediction = sparse
+            save_tokenizer(self.tokenizer, scratch)
+            record = {"words": seen, "milestone": words, "step": step}
+            if self.words_scale != 1:  # a dry run: the milestone's name is not the words it saw
+                record["checkpoint_words_scale"] = self.words_scale
+            (scratch / runs.WORDS_SEEN).write_text(json.dumps(record) + "\n")
 
 
 def _warn_unreached_milestones(config: PretrainConfig, step_words: list[int]) -> None:
@@ -354,7 +352,7 @@ def _save_run(trainer: Trainer, model, tokenizer, output_dir: Path, metrics: dic
     save_tokenizer(tokenizer, output_dir)
     runs.record_model(output_dir, output_dir)
     history = trainer.state.log_history
-    (output_dir / runs.METRICS).write_text(json.dumps({"final": metrics, "log_history": history}, indent=2))
+    TrainingMetrics(metrics, history).write(output_dir)
     curves = {
         split: ([e["step"] for e in history if key in e], [e[key] for e in history if key in e])
         for split, key in (("train", "loss"), ("validation", "eval_loss"))
