@@ -16,6 +16,7 @@ from helpers import (
     make_batch,
     padded_batch,
     perturb,
+    tiny_backbone_config,
     word_level_tokenizer,
 )
 from transformers import (
@@ -79,6 +80,20 @@ def test_a_pruned_bert_is_the_skip_plan_and_loads_back(tmp_path):
     assert loaded.config.num_hidden_layers == 3
     with torch.no_grad():
         torch.testing.assert_close(loaded(**inputs).logits, got, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "xlm-roberta"])
+def test_a_pruned_roberta_family_encoder_is_the_skip_plan(kind):
+    from transformers import AutoModelForMaskedLM as Auto
+
+    torch.manual_seed(0)
+    model = Auto.from_config(tiny_backbone_config(kind, num_hidden_layers=4)).eval()
+    input_ids, attention_mask = make_batch([8, 5], pad_id=1)
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    pruned = prune(model, [0, 3])
+    assert pruned.config.num_hidden_layers == 2
+    with torch.no_grad():
+        torch.testing.assert_close(pruned(**inputs).logits, plan_logits(model, [0, 3], **inputs), atol=ATOL, rtol=0)
 
 
 def test_a_pruned_llama_renumbers_its_cache_slots_and_generates_as_without_cache(tmp_path):

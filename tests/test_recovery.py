@@ -247,10 +247,12 @@ def test_recovery_rows_resume_and_refuse_other_settings(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "recovery.json").read_text())
     assert [row["layer"] for row in saved["layers"]] == [0, 1, 2, 3] and saved["settings"]["steps"] == 3
     assert (tmp_path / "recovery.png").stat().st_size > 0
+    baseline = metric.split()[1]()  # measured on the held-out half of the sentences
+    assert result["settings"]["baseline"] == pytest.approx(baseline, rel=1e-12)
     for row in result["layers"]:  # steps and area against their definitions
-        threshold = metric() * 1.05
+        threshold = baseline * 1.05
         assert row["steps_to_recover"] == next((t for t, v in enumerate(row["curve"]) if v <= threshold), None)
-        gaps = [v - metric() for v in row["curve"]]
+        gaps = [v - baseline for v in row["curve"]]
         assert row["area"] == pytest.approx(sum((gaps[t] + gaps[t + 1]) / 2 for t in range(3)), rel=1e-9)
 
     def ranks(values):  # average ranks, ties shared; inf (not recovered) last
@@ -379,3 +381,34 @@ def test_analyze_cli_with_recovery_and_manipulations(tmp_path, capsys):
     assert "--recovery-layers given without --recovery K" in capsys.readouterr().err
     main(command[:4] + ["--strategies", "--no-manipulations"] + ["--out", str(tmp_path / "plain")])
     assert json.loads((tmp_path / "plain" / "report.json").read_text())["manipulations"] is None
+
+
+def test_recovery_trains_on_half_of_the_sentences_and_measures_on_the_other_half():
+    """`TaskMetric.split`: alternate sentences, the same masks; recovery's curve is the held-out half's metric of
+    the model trained on the other half (a naive loop here), so fitting the trained sentences' masks cannot show."""
+    model, metric = masked_metric()
+    trained, held = metric.split()
+    rows = len(metric.batches[0]["input_ids"])
+    assert [len(part.batches[0]["input_ids"]) for part in (trained, held)] == [(rows + 1) // 2, rows // 2]
+    assert torch.equal(held.labels[0], metric.labels[0][1::2]) and torch.equal(trained.inputs[0], metric.inputs[0][::2])
+    settings = RecoverySettings(steps=3, lr=0.5, optimizer="sgd", baseline=held())
+    curve = recover_layer(model, trained, 2, settings, held)
+    work = copy.deepcopy(model).eval()
+    layer = work.bert.encoder.layer[2]
+    recovery_module._reset_layer(work, layer, "reinit", 2)
+    for parameter in work.parameters():
+        parameter.requires_grad_(False)
+    for parameter in layer.parameters():
+        parameter.requires_grad_(True)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    expected = []
+    for _ in range(3):
+        expected.append(held.for_model(work)())
+        optimizer.zero_grad()
+        trained.for_model(work).loss().backward()
+        optimizer.step()
+    expected.append(held.for_model(work)())
+    assert curve == pytest.approx(expected, rel=1e-6)
+    with pytest.raises(InputError, match="2 or more"):
+        one = TaskMetric(model, _tokenizer(), [dict(_tokenizer()(SENTENCES[:1], return_tensors="pt"))], mask_p=0.5)
+        recovery_speed(model, one, "unused", steps=2)

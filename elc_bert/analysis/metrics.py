@@ -164,6 +164,24 @@ class TaskMetric:
     def __call__(self) -> float:
         return float(self.loss())
 
+    def split(self) -> tuple["TaskMetric", "TaskMetric"]:
+        """The metric over alternate sentences of its sample, as two metrics (the same masks; the drift reference
+        of each half computed anew): one to train against and one held out to measure on (recovery)."""
+        halves = []
+        for start in (0, 1):
+            part = copy.copy(self)
+            rows = [torch.arange(start, len(batch["input_ids"]), 2) for batch in self.batches]
+            kept = [i for i, chosen in enumerate(rows) if len(chosen)]
+            part.batches = [{key: value[rows[i]] for key, value in self.batches[i].items()} for i in kept]
+            for name in ("labels", "inputs"):
+                if hasattr(self, name):
+                    setattr(part, name, [getattr(self, name)[i][rows[i]] for i in kept])
+            if hasattr(self, "reference"):
+                with torch.inference_mode():
+                    part.reference = [part._final(batch) for batch in part.batches]
+            halves.append(part)
+        return halves[0], halves[1]
+
     def for_model(self, model) -> "TaskMetric":
         """The same metric (masks, labels, drift reference) on another model of the same architecture, e.g. a copy."""
         metric = copy.copy(self)

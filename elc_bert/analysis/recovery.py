@@ -4,8 +4,11 @@ is trained back to the model's loss; resumable, one layer at a time, on a copy o
 For each layer l: a copy of the model (the caller's is never changed) gets layer l re-initialised by the model's own
 `_init_weights` (seeded with `seed + l`) or zeroed (every weight and bias 0, normalisation gains 1: a pre-LN residual
 block then adds nothing, a post-LN one is its norms alone), then K steps of full-batch gradient descent on the metric's
-loss over the fixed text sample (SGD or AdamW at a fixed learning rate; dropout off, as the metric is measured),
-updating layer l alone or every parameter. The curve is the metric before each step and after the last (K + 1 values).
+loss over half of the fixed text sample (alternate sentences, `TaskMetric.split`; SGD or AdamW at a fixed learning
+rate; dropout off, as the metric is measured), updating layer l alone or every parameter. The curve is the metric on
+the other, held-out half before each step and after the last (K + 1 values), and the baseline the unmodified model's
+on that half: training on the sentences it is measured on would fit their masks and could take a layer that costs
+nothing below the baseline.
 - steps to recover: the first step t with metric_t <= baseline + tolerance% of |baseline| (for the drift metric,
   whose baseline is 0: metric_t <= tolerance / 100); None when K steps do not get there;
 - area: the area between the curve and the baseline, sum over the K unit steps of the trapezoids of
@@ -45,8 +48,8 @@ class RecoverySettings:
     1e-4 relative: the same model on another device differs in the last digits).
     steps: K gradient steps per layer; lr: the fixed learning rate; optimizer: sgd or adamw; train: "layer" (the
     reset layer alone) or "all"; reset: "reinit" (`_init_weights`) or "zero"; tolerance_percent: the x of "within x%
-    of the baseline"; seed: of the re-initialisation; metric: its name; baseline: its value on the unmodified model;
-    data: the sample's size (sentences, real tokens)."""
+    of the baseline"; seed: of the re-initialisation; metric: its name; baseline: its value on the unmodified model
+    (on the held-out half); data: the sample's size (sentences, real tokens)."""
 
     steps: int
     lr: float = 1e-3
@@ -102,8 +105,9 @@ def _reset_layer(model, layer: torch.nn.Module, reset: str, seed: int) -> None:
                     module.reset_parameters()
 
 
-def recover_layer(model, metric, index: int, settings: RecoverySettings) -> list[float]:
-    """The recovery curve of layer `index` (module docstring): K + 1 metric values, on a copy of `model`."""
+def recover_layer(model, metric, index: int, settings: RecoverySettings, held=None) -> list[float]:
+    """The recovery curve of layer `index` (module docstring): K + 1 values, on a copy of `model`, trained against
+    `metric` and measured on `held` (the metric on held-out sentences; None: `metric` itself)."""
     work = copy.deepcopy(model).eval()  # dropout off: the loss trained is the metric measured
     owner, name = layer_list(work)
     layer = getattr(owner, name)[index]
@@ -116,14 +120,15 @@ def recover_layer(model, metric, index: int, settings: RecoverySettings) -> list
     optimizer_class = torch.optim.SGD if settings.optimizer == "sgd" else torch.optim.AdamW
     optimizer = optimizer_class(trained, lr=settings.lr)
     work_metric = metric.for_model(work)
+    measured = held.for_model(work) if held is not None else None
     curve = []
     for _ in range(settings.steps):
         optimizer.zero_grad()
         loss = work_metric.loss()
-        curve.append(float(loss.detach()))
+        curve.append(float(loss.detach()) if measured is None else measured())
         loss.backward()
         optimizer.step()
-    curve.append(work_metric())
+    curve.append((measured or work_metric)())
     return curve
 
 
@@ -189,7 +194,10 @@ def recovery_speed(
     layers = check_recovery(model, steps, layers, **options)  # before the baseline's forward passes
     tokens = sum(int(batch["attention_mask"].sum()) for batch in metric.batches)
     sentences = sum(len(batch["attention_mask"]) for batch in metric.batches)
-    settings = RecoverySettings(steps, **options, metric=metric.name, baseline=metric(), data=(sentences, tokens))
+    if sentences < 2:
+        raise InputError("recovery trains on half of the sentences and measures on the other half: give it 2 or more")
+    trained, held = metric.split()
+    settings = RecoverySettings(steps, **options, metric=metric.name, baseline=held(), data=(sentences, tokens))
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / RECOVERY_JSON
@@ -197,7 +205,7 @@ def recovery_speed(
     if rows:
         logger.info("%s: %d of %d layers already done, skipped", path, len(set(rows) & set(layers)), len(layers))
     for layer in tqdm([layer for layer in layers if layer not in rows], desc="recovery"):
-        rows[layer] = _summary(layer, recover_layer(model, metric, layer, settings), settings, metric.relative)
+        rows[layer] = _summary(layer, recover_layer(model, trained, layer, settings, held), settings, metric.relative)
         _write(path, settings, rows)
     result = {"settings": asdict(settings), "threshold": settings.threshold(metric.relative)}
     result["layers"] = [rows[layer] for layer in layers]
