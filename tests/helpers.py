@@ -11,6 +11,7 @@ import contextlib
 import csv
 import io
 import json
+import math
 import os
 import random
 import re
@@ -603,3 +604,63 @@ def write_reading_csv(path: Path, sentences: int = 9, seed: int = 0) -> Path:
         writer.writerow(READING_HEADER)
         writer.writerows(rows)
     return path
+
+
+# ------------------------------------------------------------- the layer-analysis models (analysis, recovery, pruning)
+def tiny_bert(layers=4, cls=None):
+    """A seeded random BERT (64 ids, width 32, `layers` layers) of class `cls` (default BertModel), in eval mode."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=64
+    )
+    return (cls or BertModel)(config).eval()
+
+
+def tiny_llama():
+    """A seeded random Llama-style decoder (64 ids, width 32, 4 layers, grouped KV heads), in eval mode."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def analysis_batch():
+    """3 x 9 random ids of those models' vocabulary (5..63), the second row padded after 6."""
+    torch.manual_seed(1)
+    ids = torch.randint(5, 64, (3, 9))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def naive_spearman(x, y) -> float:
+    """Spearman's rho written out: Pearson's r of the average ranks (ties share theirs)."""
+
+    def ranks(values):
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        result = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                result[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return result
+
+    rx, ry = ranks(x), ranks(y)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import analysis_batch as batch
+from helpers import tiny_bert, tiny_llama
 from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
     BertModel,
-    LlamaConfig,
-    LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
 
@@ -42,22 +42,6 @@ from elc_bert.evaluation import pseudo_log_likelihoods
 from elc_bert.models import ElcBertConfig, ElcBertModel, LayerFusionModel
 from elc_bert.models.modeling_elc_bert import ElcBertEncoder
 from elc_bert.pretrained import load_model
-
-
-def tiny_bert(layers=4, cls=BertModel):
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=64
-    )
-    return cls(config).eval()
-
-
-def batch():
-    torch.manual_seed(1)
-    ids = torch.randint(5, 64, (3, 9))
-    mask = torch.ones_like(ids)
-    mask[1, 6:] = 0
-    return {"input_ids": ids, "attention_mask": mask}
 
 
 def test_painters_orders_on_12_layers_match_the_doc():
@@ -258,17 +242,7 @@ def test_elc_skipped_block_leaves_its_slot_out_of_later_mixtures():
 
 
 def test_llama_decoder_plans_run_without_cache_and_restore():
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    model, inputs = LlamaForCausalLM(config).eval(), batch()
+    model, inputs = tiny_llama(), batch()
     with torch.no_grad():
         plain = model(**inputs, use_cache=False).logits
         with apply_layer_plan(model, list(range(4))):

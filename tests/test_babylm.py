@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import write_reading_csv
+from helpers import naive_spearman, write_reading_csv
 from hub_server import local_hub, put_branch
 
 from elc_bert import InputError
@@ -59,26 +59,6 @@ def naive_causal(model, tokenizer, sentence: str, completion: str) -> float:
         if encoding["offset_mapping"][t][1] > start:
             total += torch.log_softmax(logits[t - 1], -1)[ids[t]].item()
     return total
-
-
-def naive_spearman(x, y) -> float:
-    def ranks(values):
-        order = sorted(range(len(values)), key=lambda i: values[i])
-        result = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                result[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return result
-
-    rx, ry = ranks(x), ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
 
 
 # ------------------------------------------------------------------------------------------ made-up task files

@@ -17,16 +17,15 @@ from helpers import (
     padded_batch,
     perturb,
     tiny_backbone_config,
+    tiny_bert,
+    tiny_llama,
     word_level_tokenizer,
 )
 from transformers import (
     AutoModel,
     AutoModelForCausalLM,
     AutoModelForMaskedLM,
-    BertConfig,
     BertForMaskedLM,
-    LlamaConfig,
-    LlamaForCausalLM,
 )
 
 from elc_bert import InputError
@@ -66,9 +65,7 @@ def test_a_pruned_elc_bert_is_the_skip_plan_and_loads_back(arch, tmp_path):
 
 
 def test_a_pruned_bert_is_the_skip_plan_and_loads_back(tmp_path):
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64)
-    model = BertForMaskedLM(config).eval()
+    model = tiny_bert(cls=BertForMaskedLM)
     input_ids, attention_mask = make_batch([8, 5], vocab_size=64)
     inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
     pruned = prune(model, [2])
@@ -97,10 +94,7 @@ def test_a_pruned_roberta_family_encoder_is_the_skip_plan(kind):
 
 
 def test_a_pruned_llama_renumbers_its_cache_slots_and_generates_as_without_cache(tmp_path):
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)  # fmt: skip
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama()
     ids = torch.randint(3, 64, (2, 7))
     pruned = prune(model, [0, 2])
     assert [layer.self_attn.layer_idx for layer in pruned.model.layers] == [0, 1]

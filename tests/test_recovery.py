@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from helpers import word_level_tokenizer
-from transformers import BertConfig, BertForMaskedLM, BertModel, LlamaConfig, LlamaForCausalLM
+from helpers import analysis_batch as batch
+from helpers import naive_spearman, tiny_bert, tiny_llama, word_level_tokenizer
+from transformers import BertForMaskedLM, LlamaForCausalLM
 
 import elc_bert_cli
 from elc_bert import InputError
@@ -38,39 +39,9 @@ def _tokenizer():
     return word_level_tokenizer(64)
 
 
-def tiny_bert(layers=4, cls=BertModel):
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=64, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4, intermediate_size=64
-    )
-    return cls(config).eval()
-
-
 def _elc(combination="elc"):
     torch.manual_seed(0)
     return ElcBertModel(ElcBertConfig.from_preset("tiny", vocab_size=64, layer_combination=combination)).eval()
-
-
-def batch():
-    torch.manual_seed(1)
-    ids = torch.randint(5, 64, (3, 9))
-    mask = torch.ones_like(ids)
-    mask[1, 6:] = 0
-    return {"input_ids": ids, "attention_mask": mask}
-
-
-def tiny_llama():
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 def masked_metric(model=None):
@@ -255,22 +226,8 @@ def test_recovery_rows_resume_and_refuse_other_settings(tmp_path, monkeypatch):
         gaps = [v - baseline for v in row["curve"]]
         assert row["area"] == pytest.approx(sum((gaps[t] + gaps[t + 1]) / 2 for t in range(3)), rel=1e-9)
 
-    def ranks(values):  # average ranks, ties shared; inf (not recovered) last
-        order = sorted(range(len(values)), key=lambda i: values[i])
-        out = [0.0] * len(values)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    losses = ranks([row["metric"] for row in loo["layers"]])
-    areas = ranks([row["area"] for row in result["layers"]])
-    assert result["spearman"]["area"]["rho"] == pytest.approx(float(np.corrcoef(losses, areas)[0, 1]), abs=1e-9)
+    losses, areas = [row["metric"] for row in loo["layers"]], [row["area"] for row in result["layers"]]
+    assert result["spearman"]["area"]["rho"] == pytest.approx(naive_spearman(losses, areas), abs=1e-9)
     with pytest.raises(InputError, match=r"recovery\.json holds a recovery run with other settings \(lr: 0\.5 there"):
         recovery_speed(model, metric, tmp_path, steps=3, lr=0.1, optimizer="sgd")
     assert calls == [1, 0, 2, 3]

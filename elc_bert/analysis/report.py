@@ -222,8 +222,9 @@ def _recovery_markdown(recovery: dict) -> list[str]:
         "",
         f"Each layer {'re-initialised' if settings['reset'] == 'reinit' else 'zeroed'} on a copy of the model, then "
         f"{settings['steps']} steps of {settings['optimizer']} (lr {settings['lr']:g}) on the "
-        f"{'layer alone' if settings['train'] == 'layer' else 'whole model'} against the {settings['metric']} "
-        f"(unmodified: {settings['baseline']:.4f}); recovered: at or under {recovery['threshold']:.4f} (tolerance "
+        f"{'layer alone' if settings['train'] == 'layer' else 'whole model'} against the {settings['metric']} on "
+        "half of the sentences, measured on the other half (unmodified there: "
+        f"{settings['baseline']:.4f}); recovered: at or under {recovery['threshold']:.4f} (tolerance "
         f"{settings['tolerance_percent']:g}%). Area: "
         "between the curve and the unmodified value, in metric x steps.",
         "",

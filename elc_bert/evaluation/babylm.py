@@ -52,6 +52,7 @@ from ..runs.layout import (
     PIPELINE_PREDICTIONS,
     REVISION_RECORD,
     check_pipeline_model_dir,
+    read_words_seen,
     record_pipeline_model,
 )
 from ..runs.saved import replace_file
@@ -595,10 +596,10 @@ def _holds_model(repo: str, commit: str) -> bool:
 
 
 def _words_seen(folder: Path) -> dict:
+    """A words-seen checkpoint's record (`runs.layout.read_words_seen`, which names a damaged one); {} without one."""
     from .. import runs
 
-    path = folder / runs.WORDS_SEEN
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return read_words_seen(folder) if (folder / runs.WORDS_SEEN).is_file() else {}
 
 
 def _revision_record(repo: str, commit: str) -> dict:
@@ -629,8 +630,9 @@ def _step(folder: Path) -> int | None:
     state = folder / runs.TRAINER_STATE
     if state.is_file():
         return json.loads(state.read_text(encoding="utf-8")).get("global_step")
-    if "step" in _words_seen(folder):
-        return _words_seen(folder)["step"]
+    seen = _words_seen(folder)
+    if "step" in seen:
+        return seen["step"]
     metrics = TrainingMetrics.read(folder)
     return None if metrics is None else metrics.step
 
