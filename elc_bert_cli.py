@@ -124,10 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     blimp_parser.add_argument("--data", required=True, help="folder of <set>.jsonl(.gz) files, or one such file")
     blimp_parser.add_argument(
-        "--out", help="output folder (default: outputs/eval-blimp/<model's folder name, or Hub name with / as __>)"
+        "--out",
+        help="the results root, as eval-babylm's (default: outputs/eval-blimp): the report goes into its <model name>/ "
+        "folder (the last part of MODEL), e.g. --out results writes results/<model name>/NAME.json",
     )
     blimp_parser.add_argument(
-        "--name", help="report name, a file name: NAME.json/.md/.png in --out (default: the data folder's name)"
+        "--name",
+        help="report name, a file name: NAME.json/.md/.png in the model's folder (default: the data folder's name)",
     )
     blimp_parser.add_argument(
         "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"

@@ -148,13 +148,16 @@ def run_eval_blimp(args, out) -> None:
     weights that did not load are refused unless --allow-unloaded-weights (`pretrained.load_model`). The data is read
     first, so that a malformed file is reported before the model loads."""
     from .evaluation.babylm import load_scorer
-    from .evaluation.blimp import check_report_name, default_out_dir, evaluate_blimp, load_minimal_pairs, report_name
+    from .evaluation.blimp import OUTPUTS, check_report_name, evaluate_blimp, load_minimal_pairs, report_name
+    from .runs.layout import check_pipeline_model_dir, record_pipeline_model
 
     name = report_name(args.data) if args.name is None else check_report_name(args.name, "--name")
     load_minimal_pairs(args.data)
+    root = Path(args.out) if args.out else OUTPUTS  # the results root, as eval-babylm's: <model>/ below
+    out_dir = check_pipeline_model_dir(root, args.model, "--out")
     loading = {"allow_unloaded_weights": args.allow_unloaded_weights}
     model, tokenizer, kind = load_scorer(args.model, "causal" if args.causal else None, args.device, **loading)
-    out_dir = Path(args.out) if args.out else default_out_dir(args.model)
+    record_pipeline_model(root, args.model)  # the inputs are good: the folder is this model's
     options = {"batch_tokens": args.batch_tokens} if args.batch_tokens else {}
     results = evaluate_blimp(
         model,

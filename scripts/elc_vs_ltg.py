@@ -4,7 +4,7 @@
     python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg_small_cpu.yaml --runs elc-bert-seed42   # one run only
     python scripts/elc_vs_ltg.py configs/experiments/elc_vs_ltg_small_cpu.yaml --no-train   # score checkpoints, report
 
-With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out SUMMARY_DIR
+With --skip-blimp no model is scored; scores already on disk (e.g. from `elc-bert eval-blimp RUN --out RESULTS_DIR/runs
 --name blimp`) are still reported. With --runs only the named runs are pretrained (several processes can train runs
 side by side, one thread each) and nothing is scored or reported; a named run whose summary exists but whose run
 folder lacks the trained model (a fresh clone) is trained again: when its validation losses differ from the

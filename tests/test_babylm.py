@@ -454,7 +454,7 @@ def test_another_model_of_the_same_name_is_refused_before_it_is_scored(tokenizer
     with pytest.raises(InputError, match=r"results/tiny holds the results of model org-a/tiny .*; org-b/tiny has"):
         evaluate_babylm("org-b/tiny", data, tmp_path / "results", ["blimp"], progress=False)
     (tmp_path / "results" / "tiny" / "elc_bert_model.json").write_text('{"model": ')  # damaged: named, exit 2
-    with pytest.raises(InputError, match=r"elc_bert_model\.json: not the JSON eval-babylm wrote there"):
+    with pytest.raises(InputError, match=r"elc_bert_model\.json: not the record elc-bert writes there"):
         evaluate_babylm("org-a/tiny", data, tmp_path / "results", ["blimp"], progress=False)
 
 

@@ -150,9 +150,10 @@ def test_field_chart_shows_pooled_accuracies_with_their_wilson_intervals(monkeyp
 
 
 def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path, monkeypatch, caplog, capsys):
-    """Each scored set is kept on disk as it finishes; started again, only the sets not yet scored are scored, and the
-    report equals an uninterrupted run's. Partial scores of another model are set aside, never mixed in. Both are
-    logged (`logging`, not printed)."""
+    """Each scored set is kept on disk as it finishes (`NAME.sets/<set>.json`, eval-babylm's kept results:
+    `babylm.kept_result`); started again, only the sets not yet scored are scored, and the report equals an
+    uninterrupted run's; run again, nothing is scored. Scores of another model, or a damaged kept file, are scored
+    again, never mixed in. Both are logged (`logging`, not printed)."""
     import logging
 
     import elc_bert.evaluation.blimp as blimp
@@ -180,37 +181,38 @@ def test_interrupted_evaluation_resumes_at_the_next_set(toy_tokenizer, tmp_path,
     monkeypatch.setattr(blimp, "score_items", interrupted_after_two_sets)
     with pytest.raises(KeyboardInterrupt):
         evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
-    partial = tmp_path / "out" / "toy.partial.jsonl"
-    assert len(partial.read_text().splitlines()) == 3  # fingerprint + two sets
+    kept = tmp_path / "out" / "toy.sets"
+    assert sorted(path.name for path in kept.iterdir()) == ["set0.json", "set1.json"]
     assert not (tmp_path / "out" / "toy.json").exists()
-    with partial.open("a") as handle:
-        handle.write('{"set": "set2", "good": [1.0')  # a line cut short by the interruption is dropped
+
+    def counting(*args, **options):
+        scored.append(args[2][0].sentences[0])
+        return real_scorer(*args, **options)
 
     scored.clear()
-    monkeypatch.setattr(
-        blimp, "score_items", lambda *a, **o: scored.append(a[2][0].sentences[0]) or real_scorer(*a, **o)
-    )
+    monkeypatch.setattr(blimp, "score_items", counting)
     resumed = evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
     assert scored == [TOY_SENTENCES[2], TOY_SENTENCES[3]]  # set2 and set3 only
     assert resumed["sets"] == expected["sets"] and resumed["overall"] == expected["overall"]
-    assert not partial.exists() and json.loads((tmp_path / "out" / "toy.json").read_text())["sets"] == expected["sets"]
-    [resumed_record] = [r for r in caplog.records if "resuming" in r.getMessage()]
-    assert resumed_record.levelname == "INFO" and resumed_record.name == "elc_bert.evaluation.blimp"
-    assert resumed_record.getMessage() == f"{partial}: resuming after 2 scored sets"
-
-    # A partial file of other weights is not reused.
-    partial.write_text(
-        json.dumps({"fingerprint": "another model"})
-        + "\n"
-        + json.dumps({"set": "set0", "good": [0.0, 0.0], "bad": [-9.0, -9.0], "seconds": 1.0})
-        + "\n"
-    )
+    assert json.loads((tmp_path / "out" / "toy.json").read_text())["sets"] == expected["sets"]
     scored.clear()
-    again = evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
-    assert len(scored) == 4 and again["sets"] == expected["sets"]
-    assert (tmp_path / "out" / "toy.partial.jsonl.stale").exists()
-    [stale_record] = [r for r in caplog.records if "set aside" in r.getMessage()]
-    assert stale_record.levelname == "WARNING" and "toy.partial.jsonl.stale" in stale_record.getMessage()
+    assert (
+        evaluate_blimp(model, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)["sets"]
+        == (expected["sets"])
+    )
+    assert scored == []  # run again: every set kept
+    assert ("INFO", f"{tmp_path / 'out'}: 4 of 4 sets' scores kept from before, not scored again") in [
+        (record.levelname, record.getMessage()) for record in caplog.records
+    ]
+
+    # Kept scores of other weights are not reused, nor is a damaged kept file.
+    other = ElcBertForMaskedLM(ElcBertConfig(**tiny_config_kwargs(vocab_size=len(toy_tokenizer)))).eval()
+    (kept / "set1.json").write_text('{"scores": [[1.0')
+    again = evaluate_blimp(other, toy_tokenizer, data, tmp_path / "out", name="toy", progress=False)
+    assert len(scored) == 4 and again["sets"] == evaluate_blimp(other, toy_tokenizer, data, progress=False)["sets"]
+    messages = [(record.levelname, record.getMessage()) for record in caplog.records]
+    assert ("WARNING", f"{kept / 'set1.json'}: not a result eval-babylm or eval-blimp kept: scored again") in messages
+    assert ("INFO", f"{kept / 'set0.json'}: made with other settings or weights: scored again") in messages
     assert capsys.readouterr().out == ""
 
 
@@ -298,12 +300,14 @@ def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys, monkeypatch):
     write_jsonl(data / "fourth.jsonl", [pair(TOY_SENTENCES[5], TOY_SENTENCES[4], field="syntax_semantics")])
 
     main(["eval-blimp", str(run), "--data", str(data), "--out", str(tmp_path / "out"), "--batch-tokens", "64"])
-    results = json.loads((tmp_path / "out" / "sets.json").read_text())
+    # --out is the results root, as eval-babylm's: the model's folder below it, recorded as the model's.
+    results = json.loads((tmp_path / "out" / "run" / "sets.json").read_text())
+    assert json.loads((tmp_path / "out" / "run" / "elc_bert_model.json").read_text()) == {"model": str(run)}
     assert results["total"] == 8 and set(results["fields"]) == {"morphology", "syntax", "syntax_semantics"}
     assert results["field_counts"]["syntax_semantics"]["sets"] == 2
     assert results["model_class"] == "ElcBertForMaskedLM" and results["method"] == "pseudo-log-likelihood"
-    assert (tmp_path / "out" / "sets.md").read_text().startswith("# sets: pseudo-log-likelihood")
-    assert (tmp_path / "out" / "sets.png").stat().st_size > 1000
+    assert (tmp_path / "out" / "run" / "sets.md").read_text().startswith("# sets: pseudo-log-likelihood")
+    assert (tmp_path / "out" / "run" / "sets.png").stat().st_size > 1000
     assert "sets: " in capsys.readouterr().out
     # The scores are the model's: the same PLLs as scoring in this process.
     expected = pseudo_log_likelihoods(model.eval(), toy_tokenizer, TOY_SENTENCES[:2], progress=False)
@@ -320,6 +324,18 @@ def test_cli_end_to_end(toy_tokenizer, tmp_path, capsys, monkeypatch):
     card = build_scorecard(run)
     assert card["sources"]["blimp"] == str(Path("outputs/eval-blimp/run/blimp.json"))
     assert card["ours"]["blimp"] == pytest.approx(100 * default["overall"])
+
+    # Another model of the same folder name is refused before it loads (eval-babylm's rule), naming both; the model
+    # given as `.` is named by its folder.
+    other = tmp_path / "elsewhere" / "run"
+    other.mkdir(parents=True)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval-blimp", str(other), "--data", str(data / "first.jsonl")])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"holds the results of model {run}" in error and f"{other} has" in error
+    monkeypatch.chdir(run)
+    main(["eval-blimp", ".", "--data", str(data / "first.jsonl"), "--out", str(tmp_path / "out")])
+    assert (tmp_path / "out" / "run" / "first.json").is_file()
 
 
 def test_cli_reports_a_malformed_data_file_before_loading_the_model(tmp_path, capsys):
@@ -391,7 +407,7 @@ def test_cli_picks_the_causal_scorer_for_a_decoder(toy_tokenizer, tmp_path):
     toy_tokenizer.save_pretrained(tmp_path / "gpt2")
     write_jsonl(tmp_path / "pairs.jsonl", [pair(TOY_SENTENCES[0], TOY_SENTENCES[1])])
     main(["eval-blimp", str(tmp_path / "gpt2"), "--data", str(tmp_path / "pairs.jsonl"), "--out", str(tmp_path)])
-    results = json.loads((tmp_path / "pairs.json").read_text())
+    results = json.loads((tmp_path / "gpt2" / "pairs.json").read_text())
     assert results["method"] == "log-likelihood (causal)" and results["model_class"] == "GPT2LMHeadModel"
     expected = [naive_causal_ll(model.eval(), toy_tokenizer, s) for s in TOY_SENTENCES[:2]]
     assert results["sets"]["pairs"]["accuracy"] == float(expected[0] > expected[1])
@@ -410,4 +426,4 @@ def test_cli_refuses_unloaded_weights_unless_allowed(toy_tokenizer, tmp_path, ca
     assert "cls.predictions.bias" in error and "--allow-unloaded-weights" in error
     assert not (tmp_path / "out").exists()
     main(command + ["--allow-unloaded-weights"])
-    assert json.loads((tmp_path / "out" / "pairs.json").read_text())["total"] == 1
+    assert json.loads((tmp_path / "out" / "relabelled" / "pairs.json").read_text())["total"] == 1

@@ -21,6 +21,7 @@ from elc_bert import ElcBertConfig, ElcBertForMaskedLM, runs
 from elc_bert.cli import main
 from elc_bert.data.glue import BABYLM_ENTRIES, TASKS, read_task_file
 from elc_bert.evaluation.scorecard import GLUE_ENTRIES
+from elc_bert.models.errors import InputError
 from elc_bert.training.finetune_glue import FinetuneGlueConfig, finetune_glue, multirc_scores, task_metrics
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -227,6 +228,33 @@ def test_tiny_elc_bert_run_layout(tmp_path, tiny_elc_folder, caplog):
     with caplog.at_level(logging.INFO, logger="elc_bert.training.finetune_glue"):
         finetune_glue(tiny_config(tiny_elc_folder, data))
     assert "cola: finished before" in caplog.text and "cola: dev mcc" not in caplog.text
+    # A damaged result.json of a finished task is named, not read as a raw JSON error (`GlueResult.read`).
+    (glue / "rte" / "result.json").write_text('{"task": "rte", "metric": 0.5')
+    with pytest.raises(InputError, match=r"rte/result\.json: not valid JSON"):
+        finetune_glue(tiny_config(tiny_elc_folder, data))
+
+
+def test_a_glue_result_is_read_back_as_written_and_a_bad_one_is_named(tmp_path):
+    """`GlueResult` writes result.json and reads it back field for field; a file lacking a field, or with a metric
+    that is not a fraction (a percentage, a string), is refused naming the file and the field."""
+    from elc_bert.job_configs.glue_results import GlueResult
+
+    result = GlueResult("rte", "accuracy", 0.625, {"accuracy": 0.625}, 32, 8, 2.0, dev_curve=[[1.0, 0.5], [2.0, 0.625]])
+    result.write(tmp_path / "rte")
+    assert GlueResult.read(tmp_path / "rte" / "result.json") == result
+    record = json.loads((tmp_path / "rte" / "result.json").read_text())
+    for changed, message in (
+        ({"metric": 62.5}, "'metric' must be a number in \\[-1, 1\\] \\(a fraction, not a percentage\\), got 62.5"),
+        ({"metric": "0.6"}, "got '0.6'"),
+        ({"num_eval": None}, None),
+    ):
+        bad = {**record, **changed}
+        if message is None:  # a field left out
+            del bad["num_eval"]
+            message = "no 'num_eval' key"
+        (tmp_path / "result.json").write_text(json.dumps(bad))
+        with pytest.raises(InputError, match=message):
+            GlueResult.read(tmp_path / "result.json")
 
 
 @pytest.mark.parametrize("eval_steps", [None, 100])
@@ -621,7 +649,6 @@ def test_predictions_of_another_model_of_the_same_name_are_refused_before_traini
 ):
     """Two models whose folders share a name would mix in one results tree (the collation would build one
     submission of both): the tree records its model, and another is refused naming both before any model loads."""
-    from elc_bert.models.errors import InputError
     from elc_bert.runs.layout import PIPELINE_MODEL_RECORD
     from elc_bert.training import finetune_glue as job
 

@@ -48,7 +48,6 @@ from ..pretrained import is_hub_id
 from ..runs.layout import (
     EVAL_BABYLM_RESULTS,
     EVAL_BABYLM_SUMMARY,
-    PIPELINE_MODEL_RECORD,
     PIPELINE_PREDICTIONS,
     REVISION_RECORD,
     check_pipeline_model_dir,
@@ -649,6 +648,27 @@ def result_key(weights: str, files: list[Path], pll: str | None, temperature: fl
     return {"model": weights, "data": data, "pll": pll, "temperature": temperature}
 
 
+def kept_result(path: Path, key: dict) -> dict | None:
+    """The result `keep_result` kept in `path` under `key` (`result_key`), to be reused; None when there is none, or
+    it was made under another key (other weights, data or settings) or cannot be read: it is scored again (logged)."""
+    if not path.is_file():
+        return None
+    try:
+        kept = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        logger.warning("%s: not a result eval-babylm or eval-blimp kept: scored again", path)
+        return None
+    if isinstance(kept, dict) and kept.get("key") == key:
+        return kept
+    logger.info("%s: made with other settings or weights: scored again", path)
+    return None
+
+
+def keep_result(path: Path, key: dict, result: dict) -> None:
+    """Writes `result` whole to `path` with the `key` it was made under, for `kept_result`."""
+    _write_json(path, {**result, "key": key})
+
+
 def load_scorer(source: str | Path, kind: str | None = None, device: str | None = None, **loading) -> tuple:
     """(model, tokenizer, kind) of `source` with its LM head (`pretrained.load_model`; `kind` "causal" forces a
     decoder), on `device`: by default the GPU where there is one, else the CPU. eval-babylm's and eval-blimp's."""
@@ -700,13 +720,8 @@ def evaluate_babylm(
         require("eval", what="the wug tests' Spearman correlation and the reading task's regression")
     folders = {task: Path((task_dirs or {}).get(task) or find_task_folder(task, data)) for task in tasks}
     items = {task: read_task(task, folders[task]) for task in tasks}  # every file checked before any model loads
-    if (out_dir / PIPELINE_MODEL_RECORD).is_file():
-        raise InputError(
-            f"--out {out_dir}: a model's folder in a results tree ({PIPELINE_MODEL_RECORD}); --out is the results "
-            f"root (the pipeline's results/), the model's folder goes below it: give --out {out_dir.parent}"
-        )
+    model_dir = check_pipeline_model_dir(out_dir, model, "--out")  # the pipeline's (and collate_preds.py's) tree
     revisions = model_folders(model, all_checkpoints, revision, all_revisions)
-    model_dir = check_pipeline_model_dir(out_dir, model)  # the pipeline's (and collate_preds.py's) results tree
     summary = {"model": str(model), "pll": pll, "temperature": temperature, "tasks": tasks, "rows": {}}
     settings = dict(pll=pll, temperature=temperature, batch_tokens=batch_tokens, device=device, progress=progress)
     try:
@@ -738,12 +753,10 @@ def _score_revision(
         spec = TASKS[task]
         result_file = folder / EVAL_BABYLM_RESULTS / f"{task}.json"
         key = spec.result_key(weights, task_files(folders[task], task), pll, temperature)
-        if result_file.is_file():
-            kept = json.loads(result_file.read_text(encoding="utf-8"))
-            if kept.get("key") == key:
-                row.update(spec.summary_values(kept))
-                continue
-            logger.info("%s: made with other settings or weights: scored again", result_file)
+        kept = kept_result(result_file, key)
+        if kept is not None:
+            row.update(spec.summary_values(kept))
+            continue
         if loaded is None:
             loaded = load_scorer(source, device=device, revision=commit)
             if loaded[2] != "causal" and loaded[1].mask_token_id is None:
@@ -758,8 +771,8 @@ def _score_revision(
         official = folder / runs.PIPELINE_ZERO_SHOT / backend / spec.official_folder(folders[task])
         result = spec.score(model_object, tokenizer, items[task], causal, official, pll=pll, temperature=temperature,
                             batch_tokens=batch_tokens, progress=progress)  # fmt: skip
-        result.update(task=task, revision=folder.name, items=len(items[task]), backend=backend, key=key)
-        _write_json(result_file, result)
+        result.update(task=task, revision=folder.name, items=len(items[task]), backend=backend)
+        keep_result(result_file, key, result)
         row.update(spec.summary_values(result))
 
 

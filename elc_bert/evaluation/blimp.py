@@ -26,12 +26,24 @@ from ..intervals import percent_interval, wilson_interval
 from ..models.errors import InputError, InputNotFoundError
 from ..pretrained import is_causal_lm
 from ..scoring import DEFAULT_BATCH_TOKENS
-from .babylm import SUPPLEMENT, TASKS, Item, check_items, chosen, read_task, result_key, score_items, task_files
+from .babylm import (
+    SUPPLEMENT,
+    TASKS,
+    Item,
+    check_items,
+    chosen,
+    keep_result,
+    kept_result,
+    read_task,
+    result_key,
+    score_items,
+    task_files,
+)
 
 logger = logging.getLogger(__name__)
 
 CHANCE = 0.5
-OUTPUTS = Path("outputs") / "eval-blimp"  # eval-blimp's default output folder, relative to the working folder
+OUTPUTS = Path("outputs") / "eval-blimp"  # eval-blimp's default results root, relative to the working folder
 # The ELC-BERT / BabyLM protocol: the original PLL of every token but the special ones, the logits as they are.
 PLL, TEMPERATURE, EVERY_TOKEN = "original", 1.0, True
 # BLiMP spells one field two ways (principle_A_c_command.jsonl says "syntax/semantics", the other binding, control /
@@ -74,14 +86,6 @@ def load_minimal_pairs(data: str | Path) -> dict[str, list[Item]]:
         if not sets[name]:
             raise InputError(f"{path}: no minimal pairs in the file")
     return sets
-
-
-def default_out_dir(model: str | Path) -> Path:
-    """Where `elc-bert eval-blimp MODEL` writes without --out: `outputs/eval-blimp/<name>` in the working folder, never
-    inside the model's own folder (a run, the Hub cache, an installed package). <name> is a local folder's name, else
-    the Hub name or alias with / as __."""
-    folder = Path(model).expanduser()
-    return OUTPUTS / (folder.resolve().name if folder.is_dir() else str(model).replace("/", "__"))
 
 
 def report_name(data: str | Path) -> str:
@@ -258,49 +262,6 @@ def _weights_fingerprint(model, causal: bool) -> str:
     return digest.hexdigest()
 
 
-class _PartialScores:
-    """`{name}.partial.jsonl` beside the report: a line with the engine's key (`babylm.result_key`), then one line per
-    scored set (its pairs' scores), appended as each set finishes, so that an interrupted evaluation resumes at the
-    next set. Scores of another model or other data (a different key) are set aside (renamed `.stale`), never mixed
-    in; a last line cut short by the interruption is dropped. The file is removed once the report is written."""
-
-    def __init__(self, path: Path, key: dict):
-        self.path, self.scores = path, {}
-        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
-        header = _json_or_none(lines[0]) if lines else None
-        if header is not None and header.get("key") == key:
-            for line in lines[1:]:
-                row = _json_or_none(line)
-                if row is not None:
-                    self.scores[row.pop("set")] = row
-            logger.info("%s: resuming after %d scored sets", path, len(self.scores))
-            path.write_text(
-                "".join(json.dumps(row) + "\n" for row in [header, *({"set": k, **v} for k, v in self.scores.items())]),
-                encoding="utf-8",
-            )
-            return
-        if lines:
-            stale = path.with_name(path.name + ".stale")
-            logger.warning(
-                "%s: partial scores of another model or data set aside as %s; scoring from the start", path, stale.name
-            )
-            path.replace(stale)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"key": key}) + "\n", encoding="utf-8")
-
-    def add(self, set_name: str, scores: dict) -> None:
-        with self.path.open("a", encoding="utf-8") as handle:
-            handle.write(json.dumps({"set": set_name, **scores}) + "\n")
-        self.scores[set_name] = scores
-
-
-def _json_or_none(line: str):
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError:
-        return None
-
-
 def evaluate_blimp(
     model,
     tokenizer,
@@ -317,9 +278,9 @@ def evaluate_blimp(
     causal None picks the scorer from the model (`is_causal_lm`): pseudo-log-likelihood for masked LMs, left-to-right
     log-likelihood for decoders. max_pairs_per_set keeps the first pairs of each set. Returns the `summarise` dict plus
     what was run (name, data, model, method, sentences, seconds); with out_dir, also writes it as `{name}.json`,
-    `{name}.md` and `{name}.png`. Sets are scored one after another; with out_dir each finished set is kept in
-    `{name}.partial.jsonl` (see `_PartialScores`), so that an interrupted run, started again, resumes at the next
-    set."""
+    `{name}.md` and `{name}.png`. Sets are scored one after another; with out_dir each finished set's scores are kept
+    in `{name}.sets/<set>.json` under eval-babylm's key (`babylm.kept_result`: the weights, the set's file, the
+    protocol and the pairs kept per set), so that an interrupted or repeated run scores only the sets not kept."""
     check_report_name(name)
     if batch_tokens < 1:
         raise InputError(f"batch_tokens must be positive, got {batch_tokens}")
@@ -335,17 +296,19 @@ def evaluate_blimp(
     all_pairs = [item for items in sets.values() for item in items]
     check_items(tokenizer, all_pairs, causal, EVERY_TOKEN)  # every set, before the first is scored
     sentences = [sentence for item in all_pairs for sentence in item.sentences]
-    partial = None
-    if out_dir is not None:
-        files = list(_set_files(Path(data)).values())
-        key = result_key(_weights_fingerprint(model, causal), files, PLL, TEMPERATURE)
-        key.update(every_token=EVERY_TOKEN, max_pairs_per_set=max_pairs_per_set)
-        partial = _PartialScores(Path(out_dir) / f"{name}.partial.jsonl", key)
-    scores, seconds = {}, 0.0
+    files = _set_files(Path(data))
+    weights = _weights_fingerprint(model, causal) if out_dir is not None else None
+    scores, seconds, reused = {}, 0.0, 0
     bar = tqdm(total=len(sentences), desc=name, unit="sentence", disable=not progress)
     with bar:
         for set_name, items in sets.items():
-            done = partial.scores.get(set_name) if partial is not None else None
+            done = kept = None
+            if out_dir is not None:
+                kept = Path(out_dir) / f"{name}.sets" / f"{set_name}.json"
+                key = result_key(weights, [files[set_name]], PLL, TEMPERATURE)
+                key.update(every_token=EVERY_TOKEN, max_pairs_per_set=max_pairs_per_set)
+                done = kept_result(kept, key)
+                reused += done is not None
             if done is None:
                 start = time.perf_counter()
                 pairs = score_items(
@@ -360,12 +323,14 @@ def evaluate_blimp(
                     every_token=EVERY_TOKEN,
                 )
                 done = {"scores": pairs, "seconds": time.perf_counter() - start}
-                if partial is not None:
-                    partial.add(set_name, done)
+                if kept is not None:
+                    keep_result(kept, key, done)
             scores[set_name] = done["scores"]
             seconds += done["seconds"]
             bar.set_postfix_str(set_name, refresh=False)
             bar.update(2 * len(items))
+    if reused:
+        logger.info("%s: %d of %d sets' scores kept from before, not scored again", out_dir, reused, len(sets))
     config = getattr(model, "config", None)
     unique = len(set(sentences))
     results = {
@@ -382,5 +347,4 @@ def evaluate_blimp(
     }
     if out_dir is not None:
         write_report(results, out_dir, name)
-        partial.path.unlink(missing_ok=True)
     return results

@@ -16,9 +16,10 @@ comparable to the paper's aggregate.
 Inputs (each optional): `blimp.json` and `supplement.json` (`elc-bert eval-blimp RUN_DIR --name blimp` / `--name
 supplement`; the data-folder names blimp_filtered.json / supplement_filtered.json too) and `msgs.json`, looked for in
 RUN_DIR, then RUN_DIR/eval/ (where eval-blimp wrote before), then eval-blimp's default output folder for the run,
-`outputs/eval-blimp/<RUN_DIR's folder name>/` in the working folder (`blimp.default_out_dir`); the first found is
-read. That shared folder may hold another run of the same name: a file there is read only when the model it records
-is RUN_DIR itself, else it is passed over and the scorecard says so. GLUE: `RUN_DIR/glue/<task>/result.json`
+`outputs/eval-blimp/<RUN_DIR's folder name>/` in the working folder (`runs.pipeline_model_dir` of `blimp.OUTPUTS`);
+the first found is read. eval-blimp refuses to write there for another run of the same folder name
+(`runs.check_pipeline_model_dir`), and a file there is read only when the model it records is RUN_DIR itself (one
+written before that rule is passed over, and the scorecard says so). GLUE: `RUN_DIR/glue/<task>/result.json`
 (`elc-bert finetune-glue`). Outputs: `RUN_DIR/scorecard.json`, `scorecard.md` (which names every file read) and
 `scorecard.png`; all scores in %.
 """
@@ -29,8 +30,9 @@ from pathlib import Path
 
 from .. import plots, runs
 from ..data.glue import BABYLM_ENTRIES as GLUE_ENTRIES
+from ..job_configs.glue_results import GlueResult
 from ..models.errors import InputError, InputNotFoundError
-from .blimp import default_out_dir
+from .blimp import OUTPUTS
 
 WEIGHTS = {"blimp": 0.5, "glue": 0.3, "msgs": 0.2}
 COLUMNS = ["blimp", "supplement", "glue", "msgs"]
@@ -73,8 +75,8 @@ def _fraction(path: Path, value, key: str) -> float:
 
 def result_folders(run_dir: Path) -> list[Path]:
     """Where a run's BLiMP-style results are looked for, in order: the run folder, its eval/ (eval-blimp's default
-    output folder before), and eval-blimp's default output folder for it (`blimp.default_out_dir`)."""
-    return [run_dir, run_dir / runs.EVAL, default_out_dir(run_dir)]
+    output folder before), and eval-blimp's default output folder for it (its folder in `blimp.OUTPUTS`)."""
+    return [run_dir, run_dir / runs.EVAL, runs.pipeline_model_dir(OUTPUTS, run_dir)]
 
 
 def _is_of_run(results: dict, run_dir: Path) -> bool:
@@ -90,7 +92,7 @@ def read_overall(
     first file found in `result_folders`. The cap is the `max_pairs_per_set` the evaluation was run with (None: every
     pair). A file in the shared outputs folder that records another model is not read; a line saying so is appended
     to `passed_over`."""
-    shared = default_out_dir(run_dir)
+    shared = runs.pipeline_model_dir(OUTPUTS, run_dir)
     for folder in result_folders(run_dir):
         for name in FILE_NAMES[part]:
             path = folder / name
@@ -116,10 +118,7 @@ def read_glue(run_dir: Path) -> dict[str, float | None]:
         if not path.is_file():
             scores[entry] = None
             continue
-        result = _read_json(path)
-        if "metric" not in result:
-            raise InputError(f"{path}: no 'metric' key")
-        scores[entry] = 100 * _fraction(path, result["metric"], "metric")
+        scores[entry] = 100 * GlueResult.read(path).metric
     return scores
 
 

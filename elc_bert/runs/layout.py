@@ -5,6 +5,7 @@ checkpoints as revisions of a Hub repository (`revision_name`).
 """
 
 import json
+import os
 from pathlib import Path
 
 from ..models.errors import InputError
@@ -73,8 +74,10 @@ EVAL_BABYLM_SUMMARY = "summary"  # RESULTS/<model>/summary.md and .json: eval-ba
 
 
 def pipeline_model_dir(results: str | Path, model: str | Path) -> Path:
-    """RESULTS/<model>: the pipeline names a model by the last part of its path or Hub name, without a suffix."""
-    return Path(results) / Path(str(model).rstrip("/")).stem
+    """RESULTS/<model>: the pipeline names a model by the last part of its path or Hub name, without a suffix (a local
+    folder's path is made absolute first, so that `.` or `run/..` is named by its folder)."""
+    path = Path(model).expanduser()
+    return Path(results) / Path(os.path.abspath(path) if path.exists() else str(model).rstrip("/")).stem
 
 
 def model_source(model: str | Path) -> str:
@@ -83,16 +86,23 @@ def model_source(model: str | Path) -> str:
     return str(path.resolve()) if path.exists() else str(model)
 
 
-def check_pipeline_model_dir(results: str | Path, model: str | Path) -> Path:
+def check_pipeline_model_dir(results: str | Path, model: str | Path, argument: str = "the results root") -> Path:
     """RESULTS/<model>, where `model`'s results go; InputError naming both models when its record
     (`PIPELINE_MODEL_RECORD`) names another: two models of one folder name would mix in one tree, and the collation
-    would build one submission of both. A folder without a record (the pipeline's own, or none yet) is `model`'s."""
+    would build one submission of both. A folder without a record (the pipeline's own, or none yet) is `model`'s.
+    RESULTS itself holding a record (a model's folder given as the root) is refused, naming `argument`."""
+    if (Path(results) / PIPELINE_MODEL_RECORD).is_file():
+        raise InputError(
+            f"{argument} {results}: a model's folder in a results tree ({PIPELINE_MODEL_RECORD}); {argument} is the "
+            f"results root (the pipeline's results/), the model's folder goes below it: give {argument} "
+            f"{Path(results).parent}"
+        )
     folder = pipeline_model_dir(results, model)
     record, source = folder / PIPELINE_MODEL_RECORD, model_source(model)
     try:
         held = json.loads(record.read_text(encoding="utf-8"))["model"] if record.is_file() else source
     except (ValueError, TypeError, KeyError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise InputError(f'{record}: not the JSON eval-babylm wrote there ({{"model": PATH_OR_HUB_NAME}})') from None
+        raise InputError(f'{record}: not the record elc-bert writes there ({{"model": PATH_OR_HUB_NAME}})') from None
     if held != source:
         raise InputError(
             f"{folder} holds the results of model {held} ({record}); {source} has the same folder name, and their "

@@ -45,6 +45,7 @@ collation (`collate_preds.py`; a model folder there holding another model's resu
 """
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -70,6 +71,7 @@ from ..data.tokenizer import load_tokenizer, save_tokenizer
 from ..extras import needs, require
 from ..integrations import describe_lora, with_lora
 from ..job_configs import FinetuneGlueConfig, refuse_other_jobs, save_config
+from ..job_configs.glue_results import GlueResult
 from ..models.errors import InputNotFoundError
 from ..models.loading import check_fine_tuning_start, check_max_length, check_vocabulary, load_pretrained
 from ..plots import plot_curves
@@ -88,6 +90,7 @@ with needs("eval", "elc-bert finetune-glue"):
 logger = logging.getLogger(__name__)
 
 CHECKPOINTS = "checkpoints"  # a task's Trainer checkpoints (glue/<task>/checkpoints), removed once it is scored
+SUMMARY_FIELDS = ("metric_name", "metric", "all_metrics", "num_train", "num_eval", "epochs_run")  # results.json's
 PIPELINE_METRICS = ("accuracy", "f1", "mcc")  # what the BabyLM 2025 pipeline reports (its results.txt), in its order
 
 
@@ -328,15 +331,13 @@ def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: Glu
         trainer.save_model(str(task_dir / runs.MODEL))
         save_tokenizer(tokenizer, task_dir / runs.MODEL)
         runs.record_model(glue_dir, task_dir / runs.MODEL)
-        for result in results.values():
-            result["model"] = str(Path(task.name) / runs.MODEL)
+        for entry, result in results.items():
+            results[entry] = dataclasses.replace(result, model=str(Path(task.name) / runs.MODEL))
     if not config.keep_checkpoints:
         shutil.rmtree(task_dir / CHECKPOINTS, ignore_errors=True)
     for entry, result in results.items():
-        entry_dir = glue_dir / entry
-        entry_dir.mkdir(parents=True, exist_ok=True)
-        (entry_dir / runs.RESULT).write_text(json.dumps(result, indent=2) + "\n")
-    curve = results[task.name]["dev_curve"]
+        result.write(glue_dir / entry)
+    curve = results[task.name].dev_curve
     if curve:
         epochs, values = zip(*curve)
         plot_curves(
@@ -349,7 +350,7 @@ def save_task(config: FinetuneGlueConfig, trainer: Trainer, tokenizer, task: Glu
 
 
 def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path], glue_dir: Path, tokenizer):
-    """Fine-tunes one task; returns its result dicts ({entry: result}, two for MNLI)."""
+    """Fine-tunes one task; returns its results ({entry: GlueResult}, two for MNLI)."""
     train_path, dev_paths = task_files(task, folders)
     train_rows = read_task_file(train_path, task, config.max_train_examples)
     dev_rows = {entry: read_task_file(path, task, config.max_eval_examples) for entry, path in dev_paths.items()}
@@ -375,24 +376,24 @@ def finetune_task(config: FinetuneGlueConfig, task: GlueTask, folders: list[Path
             write_pipeline_predictions(
                 predictions_folder(config.predictions_dir, config.model, entry), task, predictions, metrics
             )
-        results[entry] = {
-            "task": entry,
-            "metric_name": task.metric,
-            "metric": metrics[task.metric],
-            "all_metrics": metrics,
-            "num_train": len(train_rows),
-            "num_eval": len(rows),
-            "batch_size": trainer.args.per_device_train_batch_size,
-            "epochs_run": float(trainer.state.epoch or 0.0),
-            "trained_as": task.name,
-            "train_file": str(train_path),
-            "eval_file": str(dev_paths[entry]),
-            "patience": patience,
-            "dev_curve": curve if entry == task.name else None,
-        }
+        results[entry] = GlueResult(
+            task=entry,
+            metric_name=task.metric,
+            metric=metrics[task.metric],
+            all_metrics=metrics,
+            num_train=len(train_rows),
+            num_eval=len(rows),
+            epochs_run=float(trainer.state.epoch or 0.0),
+            batch_size=trainer.args.per_device_train_batch_size,
+            trained_as=task.name,
+            train_file=str(train_path),
+            eval_file=str(dev_paths[entry]),
+            patience=patience,
+            dev_curve=curve if entry == task.name else None,
+        )
     save_task(config, trainer, tokenizer, task, glue_dir, results)
     main = results[task.name]
-    logger.info("%s: dev %s %.1f after %.2f epochs", task.name, task.metric, 100 * main["metric"], main["epochs_run"])
+    logger.info("%s: dev %s %.1f after %.2f epochs", task.name, task.metric, 100 * main.metric, main.epochs_run)
     return results
 
 
@@ -419,7 +420,7 @@ def finetune_glue(config: FinetuneGlueConfig) -> dict:
             if not _finished(glue_dir, TASKS[name]):
                 task_files(TASKS[name], folders)
         if config.predictions_dir is not None:  # a results tree holding another model's is refused now
-            check_pipeline_model_dir(config.predictions_dir, config.model)
+            check_pipeline_model_dir(config.predictions_dir, config.model, "predictions_dir")
         if writes:
             glue_dir.mkdir(parents=True, exist_ok=True)  # the inputs are good: the run folder may be written
             save_config(config, runs.config_file(glue_dir, config.job))
@@ -436,7 +437,7 @@ def _finetune_tasks(config: FinetuneGlueConfig, folders: list[Path], glue_dir: P
         task = TASKS[name]
         if _finished(glue_dir, task):
             for entry in task.entries:
-                results[entry] = json.loads((glue_dir / entry / runs.RESULT).read_text())
+                results[entry] = GlueResult.read(glue_dir / entry / runs.RESULT)
             logger.info("%s: finished before, result.json reused", name)
             continue
         results.update(finetune_task(config, task, folders, glue_dir, tokenizer))
@@ -450,12 +451,8 @@ def write_summary(config: FinetuneGlueConfig, glue_dir: Path, results: dict) -> 
     summary = {
         "model": config.model,
         "fine_tuning": describe_lora(config.lora),
-        "tasks": {
-            entry: {key: r[key] for key in ("metric_name", "metric", "all_metrics", "num_train", "num_eval")}
-            | {"epochs_run": r["epochs_run"]}
-            for entry, r in ordered.items()
-        },
-        "mean": float(np.mean([r["metric"] for r in ordered.values()])) if ordered else None,
+        "tasks": {entry: {key: getattr(r, key) for key in SUMMARY_FIELDS} for entry, r in ordered.items()},
+        "mean": float(np.mean([r.metric for r in ordered.values()])) if ordered else None,
         "num_tasks": len(ordered),
     }
     (glue_dir / runs.RESULTS).write_text(json.dumps(summary, indent=2) + "\n")
