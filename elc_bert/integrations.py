@@ -10,12 +10,12 @@ module, a task head) by their full paths in `modules_to_save`: PEFT matches thos
 backbone, while leaving it out leaves the fusion module frozen at its random initialisation.
 """
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .data.jsonl import read_json
 from .extras import needs
 from .models import ElcBertPreTrainedModel, LayerFusionPreTrainedModel
 from .models.errors import InputError, MissingPackageError
@@ -158,7 +158,7 @@ def write_sentence_files(model, tokenizer, out_dir, like=None) -> list[str]:
     encoder = sentence_transformer(model, tokenizer, like=like, device="cpu")
     with tempfile.TemporaryDirectory() as scratch:
         encoder.save(scratch)
-        modules = json.loads((Path(scratch) / "modules.json").read_text(encoding="utf-8"))
+        modules = read_json(Path(scratch) / "modules.json", "sentence-transformers' module list", kind=list)
         for name in SENTENCE_CONFIG_FILES:
             shutil.copyfile(Path(scratch) / name, out_dir / name)
         for module in modules:

@@ -1,5 +1,6 @@
 """Faults (issue 34): runs that diverge, values that are not finite, weights that are NaN."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,10 @@ from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError, pretrained, 
 from elc_bert.cli import main as cli_main
 from elc_bert.data.sources import DatasetSource
 from elc_bert.data.tokenizer import save_tokenizer, train_tokenizer
-from elc_bert.hub.export import export
+from elc_bert.hub.export import export, model_class_of
 from elc_bert.job_configs import load_config
+from elc_bert.job_configs.ner_results import NerResults, TrialResult
+from elc_bert.job_configs.training_metrics import TrainingMetrics
 from elc_bert.training.pretrain import PretrainConfig, pretrain
 
 REPO = Path(__file__).resolve().parents[1]
@@ -526,3 +529,24 @@ def test_one_rule_says_what_can_be_a_hub_id(tmp_path, monkeypatch, name, hub):
             pretrained.resolve_model(name)
         with pytest.raises(FileNotFoundError, match="no such folder"):
             wikitext_splits(name)
+
+
+@pytest.mark.parametrize(
+    "file_name, read",
+    [
+        ("metrics.json", TrainingMetrics.read),
+        ("trainer_state.json", TrainingMetrics.of_checkpoint),
+        ("result.json", lambda folder: TrialResult.read(folder / "result.json")),
+        ("results.json", NerResults.read),
+        ("config.json", model_class_of),
+    ],
+)
+@pytest.mark.parametrize("content", ['{"final": {"loss": 1.', "[1, 2]", b"\xff\xfe{}"])
+def test_a_damaged_json_file_is_named_by_whoever_reads_it(tmp_path, file_name, read, content):
+    """A JSON file cut short (a process killed while writing it), of the wrong kind or not UTF-8 is refused as the
+    user's to fix (InputError, exit 2), naming the file and what it should have been (`data.jsonl.read_json`), never a
+    raw JSONDecodeError, AttributeError or KeyError from inside a reader."""
+    path = tmp_path / file_name
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(InputError, match=rf"{re.escape(str(path))}: not .* \(.+\)"):
+        read(tmp_path)

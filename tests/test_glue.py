@@ -230,7 +230,7 @@ def test_tiny_elc_bert_run_layout(tmp_path, tiny_elc_folder, caplog):
     assert "cola: finished before" in caplog.text and "cola: dev mcc" not in caplog.text
     # A damaged result.json of a finished task is named, not read as a raw JSON error (`GlueResult.read`).
     (glue / "rte" / "result.json").write_text('{"task": "rte", "metric": 0.5')
-    with pytest.raises(InputError, match=r"rte/result\.json: not valid JSON"):
+    with pytest.raises(InputError, match=r"rte/result\.json: not finetune-glue.s result of one entry \(Expecting"):
         finetune_glue(tiny_config(tiny_elc_folder, data))
 
 
@@ -251,7 +251,7 @@ def test_a_glue_result_is_read_back_as_written_and_a_bad_one_is_named(tmp_path):
         bad = {**record, **changed}
         if message is None:  # a field left out
             del bad["num_eval"]
-            message = "no 'num_eval' key"
+            message = r"not finetune-glue's result of one entry \(no 'num_eval'\)"
         (tmp_path / "result.json").write_text(json.dumps(bad))
         with pytest.raises(InputError, match=message):
             GlueResult.read(tmp_path / "result.json")

@@ -493,6 +493,27 @@ def test_a_trial_or_task_result_is_read_and_written_by_its_dataclass():
     assert not found, "\n".join(found)
 
 
+def test_a_json_file_is_read_by_one_reader_that_names_it():
+    """A JSON file on disk (a run's record, a library's config, a user's result) is read by `data.jsonl.read_json`,
+    which names the file and what it should have been when it does not read: no other module parses a file's JSON
+    (`json.loads(path.read_text())`, `json.load(handle)`), but collate, which notes every problem of a results tree
+    in one list, and the reference checkpoints' config check (models/ loads before data/)."""
+    allowed = {"data/jsonl.py", "evaluation/collate.py", "models/reference_checkpoints.py"}
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        where = path.relative_to(PACKAGE).as_posix()
+        if where in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            parsed = node.args[0] if node.func.attr == "loads" and node.args else None
+            reads_file = isinstance(parsed, ast.Call) and getattr(parsed.func, "attr", None) == "read_text"
+            if node.func.attr == "load" and getattr(node.func.value, "id", None) == "json" or reads_file:
+                found.append(f"{where}:{node.lineno} parses a file's JSON itself: {ast.unparse(node)}")
+    assert not found, "\n".join(found)
+
+
 def test_files_and_folders_are_written_whole_by_one_helper():
     """Writing a file or a folder whole or not at all (into a scratch one, then renamed into place) is `runs.saved`'s
     (`replace_file`, `replacing_folder`, `replacing_files`): no other module of the package renames or moves anything

@@ -29,6 +29,7 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from .. import plots
+from ..data.jsonl import read_json
 from ..models.errors import InputError
 from ..runs.saved import replace_file
 from .interventions import layer_list, num_layers
@@ -144,13 +145,13 @@ def _load(path: Path, settings: RecoverySettings) -> dict[int, dict]:
     """The finished layers of an earlier run in the same folder (none when there is no file)."""
     if not path.exists():
         return {}
+    what, fix = "a recovery file of this package", "remove it or choose another output folder"
+    saved = read_json(path, what, fields=("settings", "layers"), fix=fix)
     try:
-        saved = json.loads(path.read_text())
         previous = RecoverySettings(**{**saved["settings"], "data": tuple(saved["settings"]["data"])})
         rows = {row["layer"]: row for row in saved["layers"]}
     except (ValueError, KeyError, TypeError) as error:
-        message = f"{path}: not a recovery file of this package ({error}); remove it or choose another output folder"
-        raise InputError(message) from error
+        raise InputError(f"{path}: not {what} ({error}); {fix}") from error
     ours, theirs = asdict(settings), asdict(previous)
     differ = [key for key in ours if key != "baseline" and ours[key] != theirs[key]]
     if not math.isclose(ours["baseline"], theirs["baseline"], rel_tol=1e-4):

@@ -28,6 +28,7 @@ import filelock
 from ..extras import needs
 from ..models.errors import InputError, InputExistsError, InputNotFoundError
 from ..runs.saved import replacing_folder
+from .jsonl import read_json
 from .text import files_under, numbered_lines
 
 logger = logging.getLogger(__name__)
@@ -599,13 +600,10 @@ def _prepare_file(path: Path, out_dir: Path, name: str, progress: bool) -> Prepa
 
 
 def _read_manifest(manifest: Path) -> dict:
-    try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-        if not isinstance(data.get("files"), dict):
-            raise ValueError("no 'files' table")
-        return data
-    except (ValueError, AttributeError) as error:
-        raise InputError(f"{manifest}: not a manifest of elc-bert prepare-corpus ({error})") from None
+    data = read_json(manifest, "a manifest of elc-bert prepare-corpus")
+    if not isinstance(data.get("files"), dict):
+        raise InputError(f"{manifest}: not a manifest of elc-bert prepare-corpus (no 'files' table)")
+    return data
 
 
 def recorded_words(path: str | Path) -> int | None:

@@ -18,6 +18,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from .jsonl import read_json
+
 # In this order, so that [UNK]=0, [CLS]=1, [SEP]=2, [PAD]=3, [MASK]=4, [PAR]=5, [TAB]=6.
 SPECIAL_TOKENS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]", "[PAR]", "[TAB]"]
 # The class name saved tokenizers name in tokenizer_config.json: every transformers version has it (4.x and 5.x);
@@ -172,7 +174,7 @@ def save_tokenizer(tokenizer, folder: str | Path) -> None:
     `trust_remote_code`), and the extra special tokens under the key 4.x reads as a list."""
     tokenizer.save_pretrained(folder)
     config_file = Path(folder) / TOKENIZER_CONFIG
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = read_json(config_file, "a tokenizer config")
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = TOKENIZER_CLASS
     config.pop("auto_map", None)

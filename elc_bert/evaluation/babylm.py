@@ -41,7 +41,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import ClassVar
 
-from ..data.jsonl import read_jsonl
+from ..data.jsonl import read_json, read_jsonl
 from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..pretrained import is_hub_id
@@ -608,7 +608,9 @@ def _revision_record(repo: str, commit: str) -> dict:
     from huggingface_hub.errors import EntryNotFoundError
 
     try:
-        record = json.loads(Path(hf_hub_download(repo, REVISION_RECORD, revision=commit)).read_text(encoding="utf-8"))
+        record = read_json(
+            hf_hub_download(repo, REVISION_RECORD, revision=commit), "a revision record of elc-bert push"
+        )
     except EntryNotFoundError:
         return {}
     return {key: record[key] for key in ("words", "milestone", "step") if key in record}
@@ -628,7 +630,7 @@ def _step(folder: Path) -> int | None:
 
     state = folder / runs.TRAINER_STATE
     if state.is_file():
-        return json.loads(state.read_text(encoding="utf-8")).get("global_step")
+        return read_json(state, "a Trainer state").get("global_step")
     seen = _words_seen(folder)
     if "step" in seen:
         return seen["step"]
@@ -654,11 +656,11 @@ def kept_result(path: Path, key: dict) -> dict | None:
     if not path.is_file():
         return None
     try:
-        kept = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
-        logger.warning("%s: not a result eval-babylm or eval-blimp kept: scored again", path)
+        kept = read_json(path, "a result eval-babylm or eval-blimp kept")
+    except InputError as error:
+        logger.warning("%s: scored again", error)
         return None
-    if isinstance(kept, dict) and kept.get("key") == key:
+    if kept.get("key") == key:
         return kept
     logger.info("%s: made with other settings or weights: scored again", path)
     return None

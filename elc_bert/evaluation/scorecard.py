@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .. import plots, runs
 from ..data.glue import BABYLM_ENTRIES as GLUE_ENTRIES
+from ..data.jsonl import read_json
 from ..job_configs.glue_results import GlueResult
 from ..models.errors import InputError, InputNotFoundError
 from .blimp import OUTPUTS
@@ -54,16 +55,6 @@ FILE_NAMES = {
     "supplement": ["supplement.json", "supplement_filtered.json"],
     "msgs": ["msgs.json"],
 }
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON ({error.msg}, line {error.lineno})") from None
-    if not isinstance(value, dict):
-        raise InputError(f"{path}: expected a JSON object, got {type(value).__name__}")
-    return value
 
 
 def _fraction(path: Path, value, key: str) -> float:
@@ -98,7 +89,7 @@ def read_overall(
             path = folder / name
             if not path.is_file():
                 continue
-            results = _read_json(path)
+            results = read_json(path, "a BLiMP-style or MSGS result (a JSON object)")
             if folder == shared and not _is_of_run(results, run_dir):
                 if passed_over is not None:
                     passed_over.append(f"`{path}` (its model is {results.get('model')!r}, not {run_dir})")

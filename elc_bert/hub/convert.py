@@ -19,6 +19,7 @@ import torch
 from elc_bert import models, runs
 from elc_bert.data.tokenizer import TOKENIZER_CONFIG, load_tokenizer, save_tokenizer
 
+from ..data.jsonl import read_json
 from ..models.errors import InputError, InputNotFoundError
 from .export import check_out_dir, give_usual_modes
 
@@ -94,7 +95,7 @@ def convert(source: str | Path, out_dir: str | Path, *, overwrite: bool = False,
     config_file = source / "config.json"
     if not config_file.is_file():
         raise InputNotFoundError(f"{source} has no config.json")
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = read_json(config_file, "a model config")
     if config.get("model_type") != models.LtgBertConfig.model_type:
         raise InputError(f"{config_file}: model_type is {config.get('model_type')!r}, not 'ltgbert'")
     check_out_dir(source, out_dir, overwrite)

@@ -23,6 +23,7 @@ from elc_bert.models import AUTO_CLASSES
 from elc_bert.models.loading import check_weights_loaded, cut_short_weights, key_list, load_pretrained
 from elc_bert.pretrained import find_tokenizer
 
+from ..data.jsonl import read_json
 from ..models.errors import InputError, InputExistsError, InputNotFoundError
 
 WEIGHT_FILES = (
@@ -61,7 +62,7 @@ def find_model_dir(source: Path) -> Path:
         )
     state_file = checkpoints[-1] / runs.TRAINER_STATE
     if state_file.is_file():
-        best = json.loads(state_file.read_text(encoding="utf-8")).get("best_model_checkpoint")
+        best = read_json(state_file, "a Trainer state").get("best_model_checkpoint")
         if best and has_model(source / Path(best).name):
             return source / Path(best).name
     return checkpoints[-1]
@@ -70,7 +71,7 @@ def find_model_dir(source: Path) -> Path:
 def model_class_of(model_dir: Path):
     """The package class named by the folder's config.json (`architectures`)."""
     config_file = model_dir / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = read_json(config_file, "a model config")
     if config.get("model_type") == "ltgbert":
         raise InputError(
             f"{config_file}: a published reference checkpoint (model_type 'ltgbert'); run `elc-bert convert` first"
@@ -265,11 +266,11 @@ def _write_export(source, model_dir, out_dir, run_dir, tokenizer, card: dict, se
     tokenizer = load_tokenizer(tokenizer_source)
     save_tokenizer(tokenizer, out_dir)
     config_file = out_dir / "config.json"
-    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config = read_json(config_file, "a model config")
     config["auto_map"] = auto_map(*family_of(model_class))
     # transformers 4.x's pipeline() loads a tokenizer for a model whose config is remote code only when the config
     # names the tokenizer's class (without it, pipeline("fill-mask", REPO, trust_remote_code=True) has none)
-    tokenizer_config = json.loads((out_dir / TOKENIZER_CONFIG).read_text(encoding="utf-8"))
+    tokenizer_config = read_json(out_dir / TOKENIZER_CONFIG, "a tokenizer config")
     config["tokenizer_class"] = tokenizer_config["tokenizer_class"]
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 

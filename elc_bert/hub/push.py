@@ -16,6 +16,7 @@ from pathlib import Path
 
 from elc_bert import runs
 
+from ..data.jsonl import read_json
 from ..job_configs import PretrainConfig, saved_config
 from ..models.errors import InputError, InputNotFoundError, InputPermissionError
 from ..models.loading import is_hub_id
@@ -224,7 +225,7 @@ def push_revisions(
                 continue
             if REVISION_RECORD in files:
                 record_file = api.hf_hub_download(repo_id, REVISION_RECORD, revision=branch, cache_dir=scratch / "hf")
-                run = json.loads(Path(record_file).read_text(encoding="utf-8")).get("run")
+                run = read_json(record_file, "a revision record of elc-bert push").get("run")
                 if run == identity:
                     continue
                 why = f"its {REVISION_RECORD} names run {str(run)[:16]}..., this run is {identity[:16]}..."

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runs
+from ..data.jsonl import read_json
 from ..models.errors import InputError
 
 
@@ -44,16 +45,9 @@ class GlueResult:
     def read(cls, path: Path) -> "GlueResult":
         """The result in the result.json at `path`; InputError naming the file for one that is not JSON, lacks a
         field, or whose metric is not a fraction in [-1, 1] (a percentage, a string)."""
-        try:
-            record = json.loads(Path(path).read_text(encoding="utf-8"))
-        except ValueError as error:  # JSONDecodeError and UnicodeDecodeError
-            raise InputError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(record, dict):
-            raise InputError(f"{path}: expected a JSON object, got {type(record).__name__}")
         fields = {field.name: field for field in dataclasses.fields(cls)}
-        for name, field in fields.items():
-            if field.default is dataclasses.MISSING and name not in record:
-                raise InputError(f"{path}: no {name!r} key (finetune-glue's result of one entry)")
+        required = tuple(name for name, field in fields.items() if field.default is dataclasses.MISSING)
+        record = read_json(path, "finetune-glue's result of one entry", fields=required)
         metric = record["metric"]
         if isinstance(metric, bool) or not isinstance(metric, (int, float)) or not -1 <= metric <= 1:
             raise InputError(

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runs
+from ..data.jsonl import read_json
 from ..intervals import confidence_interval
 from ..runs.layout import trial_results
 
@@ -51,7 +52,8 @@ class TrialResult:
     @classmethod
     def read(cls, path: Path) -> "TrialResult":
         """The trial result in the result.json at `path`."""
-        return cls(**_known_fields(cls, json.loads(Path(path).read_text(encoding="utf-8"))))
+        record = read_json(path, "a finetune-ner trial's result", fields=("shots", "trial", "best_dev_f1"))
+        return cls(**_known_fields(cls, record))
 
 
 def mean_depth_profiles(run_dir: Path) -> dict[int, tuple[int, list[float]]]:
@@ -167,4 +169,4 @@ class NerResults:
     def read(cls, run_dir: Path) -> "NerResults | None":
         """The results.json of the run folder `run_dir`; None where it has none (no trial finished yet)."""
         path = Path(run_dir) / runs.RESULTS
-        return cls.from_json(json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+        return cls.from_json(read_json(path, "the results.json of a finetune-ner run")) if path.is_file() else None

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runs
+from ..data.jsonl import read_json
 
 
 @dataclass(frozen=True)
@@ -32,11 +33,11 @@ class TrainingMetrics:
         path = Path(run_dir) / runs.METRICS
         if not path.is_file():
             return None
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = read_json(path, "the metrics.json of a pretrain or mlm run", fields=("final",))
         return cls(record["final"], record.get("log_history", []))
 
     @classmethod
     def of_checkpoint(cls, checkpoint: Path) -> "TrainingMetrics":
         """What a run still training has logged up to `checkpoint` (its trainer state), with no final metrics."""
-        state = json.loads((Path(checkpoint) / runs.TRAINER_STATE).read_text(encoding="utf-8"))
+        state = read_json(Path(checkpoint) / runs.TRAINER_STATE, "a Trainer state", fields=("log_history",))
         return cls(None, state["log_history"])

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from ..data.jsonl import read_json
 from ..models.errors import InputError
 
 # The config file a job saves in its run folder: <job>_config.yaml (finetune-ner: finetune_ner_config.yaml). The jobs
@@ -99,10 +100,8 @@ def check_pipeline_model_dir(results: str | Path, model: str | Path, argument: s
         )
     folder = pipeline_model_dir(results, model)
     record, source = folder / PIPELINE_MODEL_RECORD, model_source(model)
-    try:
-        held = json.loads(record.read_text(encoding="utf-8"))["model"] if record.is_file() else source
-    except (ValueError, TypeError, KeyError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise InputError(f'{record}: not the record elc-bert writes there ({{"model": PATH_OR_HUB_NAME}})') from None
+    what = 'the record elc-bert writes there ({"model": PATH_OR_HUB_NAME})'
+    held = read_json(record, what, fields=("model",))["model"] if record.is_file() else source
     if held != source:
         raise InputError(
             f"{folder} holds the results of model {held} ({record}); {source} has the same folder name, and their "
@@ -205,15 +204,10 @@ def read_words_seen(folder: str | Path) -> dict:
     """The words_seen.json of a words-seen checkpoint ({"words", "milestone", "step"}); InputError naming the file
     when it is not that (damaged, or edited by hand)."""
     path = Path(folder) / WORDS_SEEN
-    try:
-        seen = json.loads(path.read_text(encoding="utf-8"))
-        if not isinstance(seen, dict) or not isinstance(seen.get("milestone"), int):
-            raise ValueError("no whole-number milestone")
-    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise InputError(
-            f"{path}: not a readable words-seen record ({error}); restore the JSON the run wrote there: "
-            '{"words": W, "milestone": M, "step": S}'
-        ) from None
+    fix = 'restore the JSON the run wrote there: {"words": W, "milestone": M, "step": S}'
+    seen = read_json(path, "a readable words-seen record", fix=fix)
+    if not isinstance(seen.get("milestone"), int):
+        raise InputError(f"{path}: not a readable words-seen record (no whole-number milestone); {fix}")
     return seen
 
 

@@ -4,7 +4,6 @@ folders written whole or not at all (the one owner of the write-then-rename), an
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import pickle
@@ -14,6 +13,7 @@ import uuid
 import zipfile
 from pathlib import Path
 
+from ..data.jsonl import read_json
 from ..models.errors import InputError
 from ..models.loading import complete_safetensors
 from .layout import CHECKPOINT_PREFIX, SAVING, TRAINER_STATE
@@ -123,7 +123,7 @@ def checkpoint_damage(checkpoint: Path) -> str | None:
     last, so a checkpoint without it is half-written; a weights or state file cut short is caught by its format
     (safetensors: the header's data size; torch.save: a zip archive's end record)."""
     try:
-        json.loads((checkpoint / TRAINER_STATE).read_text(encoding="utf-8"))
+        read_json(checkpoint / TRAINER_STATE, "a Trainer state")
     except (OSError, ValueError):
         return f"no readable {TRAINER_STATE}"
     for path in sorted(checkpoint.iterdir()):

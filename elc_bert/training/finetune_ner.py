@@ -30,6 +30,7 @@ from transformers import (
 )
 
 from .. import runs
+from ..data.jsonl import read_json
 from ..data.ner import (
     SCHEMES,
     check_labels_fit_words,
@@ -144,7 +145,7 @@ class KeepBestModel(TrainerCallback):
     def __init__(self, folder: Path):
         self.folder = folder
         record = folder / BEST_EPOCH
-        self.best = json.loads(record.read_text())["dev_f1"] if record.exists() else -1.0
+        self.best = read_json(record, "a best-epoch record", fields=("dev_f1",))["dev_f1"] if record.exists() else -1.0
 
     def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
         if metrics is None or metrics.get("eval_f1", -1.0) <= self.best:
@@ -407,7 +408,8 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
         scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
     save_tokenizer(data.tokenizer, run_dir / runs.MODEL)
     runs.record_model(config.output_dir, run_dir / runs.MODEL)
-    scores["best_epoch"] = json.loads((run_dir / runs.MODEL / BEST_EPOCH).read_text())["epoch"]
+    best_epoch = read_json(run_dir / runs.MODEL / BEST_EPOCH, "a best-epoch record", fields=("epoch",))
+    scores["best_epoch"] = best_epoch["epoch"]
     if data.test is not None:
         if getattr(model.base_model, "feature_cache", None) is not None:
             model.base_model.enable_feature_cache(False)  # test sentences are read once

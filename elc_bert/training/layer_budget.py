@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from ..data.jsonl import read_json
 from ..job_configs.layer_budget import LayerBudget
 from ..models.errors import InputError
 from ..runs.saved import replace_file
@@ -95,7 +96,7 @@ class FreezeLeastImportantLayers(TrainerCallback):
     def _read(self) -> dict | None:
         if not self.record_file.is_file():
             return None
-        record = json.loads(self.record_file.read_text(encoding="utf-8"))
+        record = read_json(self.record_file, "a layer budget record", fields=("after_steps", "freeze"))
         if (record["after_steps"], record["freeze"]) != (self.budget.after_steps, self.budget.freeze):
             raise InputError(
                 f"{self.record_file} was written for layer_budget after_steps {record['after_steps']}, freeze "

@@ -12,6 +12,7 @@ from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from .. import runs
 from ..data.corpus import DatasetSource, document_dataset, packed_samples
+from ..data.jsonl import read_json
 from ..data.preparation import TAB_MARK
 from ..data.pretraining import SpanMaskingCollator
 from ..data.pretraining_batches import BatchRowCollator, Phase, coverage, streamed_rows, training_rows, validation_rows
@@ -65,7 +66,7 @@ def _tokenizer(config: PretrainConfig, tokenizer_dir: Path, documents: datasets.
     if tokenizer_dir.exists():
         tokenizer = load_tokenizer(tokenizer_dir)
         if recipe_file.exists():
-            saved = json.loads(recipe_file.read_text())
+            saved = read_json(recipe_file, "the tokenizer recipe of a pretrain run")
         else:  # a run from before the recipe was recorded: the vocabulary size at least must fit
             saved = {**recipe, "vocab_size": len(tokenizer)} if len(tokenizer) > config.vocab_size else recipe
         changed = sorted(key for key in recipe if saved.get(key) != recipe[key])
@@ -238,7 +239,7 @@ class CheckpointsAreModels(TrainerCallback):
         folder = self.output_dir / f"checkpoint-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
             config_file = folder / "config.json"
-            config = json.loads(config_file.read_text(encoding="utf-8"))
+            config = read_json(config_file, "a model config")
             config["sparse_prediction"] = False
             runs.replace_file(config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
             save_tokenizer(self.tokenizer, folder)
