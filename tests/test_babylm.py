@@ -16,7 +16,7 @@ from hub_server import local_hub, put_branch
 
 from elc_bert import InputError
 from elc_bert.evaluation import babylm
-from elc_bert.evaluation.babylm import chosen, evaluate, evaluate_babylm, read_task, score_items
+from elc_bert.evaluation.babylm import chosen, evaluate_babylm, read_task, score_items
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "data" / "samples" / "wikitext2_train.txt"
@@ -175,7 +175,7 @@ def test_every_task_equals_naive_scores_and_metric(task, tokenizer, mlm, tmp_pat
     naive = naive_task_scores(mlm, tokenizer, items)
     for ours, theirs in zip(scores, naive):
         assert max(abs(a - b) for a, b in zip(ours, theirs)) <= 1e-4
-    result = evaluate(task, items, scores)
+    result = babylm.TASKS[task].evaluate(items, scores)
     if task in ("wug_adj", "wug_past"):
         probs = [math.exp(s[0]) / sum(math.exp(v) for v in s) for s in naive]
         assert result["average"] == pytest.approx(naive_spearman(probs, [item.ratio for item in items]), abs=1e-9)

@@ -326,9 +326,9 @@ def test_the_fast_scores_of_our_own_predictions_are_eval_babylms(tree, tmp_path)
     items = babylm.read_task("blimp", data / "fast_eval" / "blimp_fast")
     scores = [[-1.0, -2.0] if i % 3 else [-3.0, -2.5] for i in range(len(items))]
     path = results / MODEL / "chck_1M" / "zero_shot" / BACKEND / "blimp" / "blimp_fast" / "predictions.json"
-    path.write_text(json.dumps(babylm.predictions("blimp", items, scores)))
+    path.write_text(json.dumps(babylm.TASKS["blimp"].predictions(items, scores)))
     got = json.loads(run(tree).read_text())["fast_eval_results"]["blimp"][0]
-    ours = babylm.evaluate("blimp", items, scores)["by"]["UID"]
+    ours = babylm.TASKS["blimp"].evaluate(items, scores)["by"]["UID"]
     assert got == pytest.approx({uid: accuracy / 100 for uid, accuracy in ours.items()}, abs=1e-12)
 
 

@@ -45,22 +45,14 @@ BABYLM_ENTRIES = [entry for task in TASKS.values() for entry in task.entries]
 SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
-def find_split(folders: list[Path], task: str, split: str) -> Path | None:
-    """The first `<task>.<split>.jsonl(.gz)` in `folders`."""
-    for folder in folders:
-        for suffix in SUFFIXES:
-            path = folder / f"{task}.{split}{suffix}"
-            if path.is_file():
-                return path
-    return None
-
-
 def task_files(task: GlueTask, folders: list[Path]) -> tuple[Path, dict[str, Path]]:
     """The task's training file and the dev file of each of its entries (`GlueTask.entries`), the first found in
     `folders`; a missing one raises InputNotFoundError naming the task and the paths looked for."""
 
     def find(name: str, split: str) -> Path:
-        path = find_split(folders, name, split)
+        """The first `<name>.<split>.jsonl(.gz)` in `folders`."""
+        paths = (folder / f"{name}.{split}{suffix}" for folder in folders for suffix in SUFFIXES)
+        path = next((path for path in paths if path.is_file()), None)
         if path is None:
             expected = " or ".join(str(folders[0] / f"{name}.{split}{suffix}") for suffix in SUFFIXES)
             searched = f" (also searched {', '.join(map(str, folders[1:]))})" if len(folders) > 1 else ""
@@ -103,8 +95,7 @@ def text_pair(task: GlueTask, row: dict) -> tuple[str, str | None]:
         return f"Question: {row['question']} Answer: {row['answer']}", row["paragraph"]
     if task.name == "wsc":
         return f'Does "{row["span2_text"]}" refer to "{row["span1_text"]}" in this passage?', row["text"]
-    first = row[task.fields[0]]
-    return first, (row[task.fields[1]] if len(task.fields) > 1 else None)
+    return row[task.fields[0]], (row[task.fields[1]] if len(task.fields) > 1 else None)
 
 
 def encode(tokenizer, task: GlueTask, rows: list[dict], max_length: int):
@@ -113,10 +104,6 @@ def encode(tokenizer, task: GlueTask, rows: list[dict], max_length: int):
         import datasets
 
     firsts, seconds = zip(*(text_pair(task, row) for row in rows))
-    if seconds[0] is None:
-        encoded = tokenizer(list(firsts), truncation=True, max_length=max_length)
-    else:
-        encoded = tokenizer(list(firsts), list(seconds), truncation="longest_first", max_length=max_length)
-    columns = {key: list(value) for key, value in encoded.items()}
-    columns["labels"] = [row["label"] for row in rows]
-    return datasets.Dataset.from_dict(columns)
+    pairs = None if seconds[0] is None else list(seconds)
+    encoded = tokenizer(list(firsts), pairs, truncation="longest_first", max_length=max_length)
+    return datasets.Dataset.from_dict({**encoded, "labels": [row["label"] for row in rows]})

@@ -5,6 +5,7 @@ Everything lands in `datasets` objects whose `ner_tags` are a sequence of `Class
 converted to the scheme asked for, with a warning naming the file.
 """
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def read_conll(
         numbered = numbered_lines(path)
     except ValueError as error:  # not UTF-8, truncated or corrupt gzip data
         raise NerDataError(str(error)) from None
-    for number, line in numbered:
+    for number, line in itertools.chain(numbered, [(0, "")]):  # a blank line after the last ends its sentence
         fields = line.split()
         if not fields:
             if current_tokens:
@@ -94,20 +95,13 @@ def read_conll(
         columns = columns or len(fields)
         if len(fields) != columns:
             raise NerDataError(f"{path}, line {number}: {len(fields)} columns, expected {columns}")
-        token = fields[0]
-        if token_prefix and token.startswith(token_prefix):
-            token = token[len(token_prefix) :]
-        current_tokens.append(token)
+        current_tokens.append(fields[0].removeprefix(token_prefix))
         current_lines.append(number)
         if tag_column is not None:
             tag = fields[tag_column]
             if label_names is not None and tag not in label_names:
                 raise NerDataError(f"{path}, line {number}: unknown tag {tag!r} (known: {label_names})")
             current_tags.append(tag)
-    if current_tokens:
-        sentences.append(current_tokens)
-        tags.append(current_tags)
-        lines.append(current_lines)
     if not sentences:
         raise NerDataError(f"{path}: no sentences (empty file)")
     if tag_column is not None and scheme is not None:
@@ -115,11 +109,10 @@ def read_conll(
     data = {"id": [str(i) for i in range(len(sentences))], "tokens": sentences}
     features = {"id": datasets.Value("string"), "tokens": datasets.Sequence(datasets.Value("string"))}
     if tag_column is not None:
-        if label_names is None:
-            seen = {tag for sentence in tags for tag in sentence}
-            label_names = ["O"] + sorted(seen - {"O"})
+        seen = {tag for sentence in tags for tag in sentence}
+        label_names = ["O"] + sorted(seen - {"O"}) if label_names is None else label_names
         index = {name: i for i, name in enumerate(label_names)}
-        unknown = {tag for sentence in tags for tag in sentence} - index.keys()
+        unknown = seen - index.keys()
         if unknown:  # a converted tag outside a fixed tag set
             raise NerDataError(f"{path}: tags {sorted(unknown)} (in {scheme}) are not among {label_names}")
         data["ner_tags"] = [[index[tag] for tag in sentence] for sentence in tags]

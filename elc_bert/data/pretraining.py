@@ -10,6 +10,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 
 from ..models.errors import InputError
 
@@ -188,12 +189,9 @@ class SpanMaskingCollator:
         if self.short_p > 0 and draw is not None:
             limit = max_length or self.max_length
             sequences = [self._shortened(list(sequence), draw, limit) for sequence in sequences]
-        length = max(len(sequence) for sequence in sequences)
-        input_ids = torch.full((len(sequences), length), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(sequences), length), dtype=torch.long)
-        for row, sequence in enumerate(sequences):
-            input_ids[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
-            attention_mask[row, : len(sequence)] = 1
+        rows = [torch.as_tensor(sequence, dtype=torch.long) for sequence in sequences]
+        input_ids = pad_sequence(rows, batch_first=True, padding_value=self.pad_token_id)
+        attention_mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True)
         masked, labels = self.mask(input_ids, attention_mask, draw)
         batch = {"input_ids": masked, "attention_mask": attention_mask, "labels": labels}
         if self.pack_rows:

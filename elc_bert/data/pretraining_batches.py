@@ -117,9 +117,7 @@ class StreamedRows(torch.utils.data.IterableDataset):
                 seen += 1
                 batch.append(sample["input_ids"])
                 if len(batch) == self.batch_size:
-                    size = self.batch_size // self.parts
-                    for k in range(self.parts):
-                        rows = batch[k * size : (k + 1) * size]
+                    for rows in split_batches([batch], self.parts):
                         yield {"input_ids": rows, "draw": batches, "max_length": self.max_length}
                     batches, batch = batches + 1, []
                     if batches == self.num_steps:

@@ -41,6 +41,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import ClassVar
 
+from .. import runs
 from ..data.jsonl import read_json, read_jsonl
 from ..extras import needs, require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
@@ -54,7 +55,6 @@ from ..runs.layout import (
     read_words_seen,
     record_pipeline_model,
 )
-from ..runs.saved import replace_file
 from ..scoring import DEFAULT_BATCH_TOKENS, causal_log_likelihoods, check_scorable, pseudo_log_likelihoods
 from . import reading
 
@@ -306,7 +306,7 @@ class WugTask(Task):
         return _wug(self.name, record, path, where)
 
     def evaluate(self, items: list[Item], scores: list[list[float]]) -> dict:
-        rho = _spearman([_first_share(item_scores) for item_scores in scores], [item.ratio for item in items])
+        rho = spearman([_first_share(item_scores) for item_scores in scores], [item.ratio for item in items])
         return {"metric": "spearman", "average": rho, "by": {"UID": {items[0].uid: rho}}}
 
     def prediction(self, item: Item, item_scores: list[float]) -> dict:
@@ -485,7 +485,8 @@ def chosen(scores: list[float]) -> int:
     return max(range(len(scores)), key=lambda i: (scores[i], -i))
 
 
-def _spearman(x: list[float], y: list[float]) -> float:
+def spearman(x: list[float], y: list[float]) -> float:
+    """Spearman's rho of `x` and `y` (scipy's, with the `eval` extra)."""
     with needs("eval", "the wug tests' Spearman correlation"):
         from scipy.stats import spearmanr
 
@@ -513,16 +514,6 @@ def _accuracies(items: list[Item], scores: list[list[float]]) -> dict:
     }
 
 
-def evaluate(task: str, items: list[Item], scores: list[list[float]]) -> dict:
-    """`task`'s metric from the candidates' scores (`Task.evaluate`)."""
-    return TASKS[task].evaluate(items, scores)
-
-
-def predictions(task: str, items: list[Item], scores: list[list[float]]) -> dict:
-    """`task`'s predictions.json (`Task.predictions`)."""
-    return TASKS[task].predictions(items, scores)
-
-
 # ------------------------------------------------------------------------------------------------------- running
 def model_folders(
     model: str | Path, all_checkpoints: bool, revision: str | None = None, all_revisions: bool = False
@@ -532,7 +523,6 @@ def model_folders(
     BabyLM 2025 revision, `chck_1M`, where the rules name one, else by folder, `words-500K`) and its final model
     ("main") when it holds one; with `revision` that branch of the Hub repository MODEL, with `all_revisions` its
     BabyLM revisions in words order and main (`pretrained.hub_revisions`), each at the commit its branch holds now."""
-    from .. import runs
     from ..pretrained import hub_revisions
     from ..runs.layout import revision_name, revision_words, words_checkpoints
 
@@ -596,8 +586,6 @@ def _holds_model(repo: str, commit: str) -> bool:
 
 def _words_seen(folder: Path) -> dict:
     """A words-seen checkpoint's record (`runs.layout.read_words_seen`, which names a damaged one); {} without one."""
-    from .. import runs
-
     return read_words_seen(folder) if (folder / runs.WORDS_SEEN).is_file() else {}
 
 
@@ -625,7 +613,6 @@ def _row_start(source: str, commit: str | None) -> dict:
 
 def _step(folder: Path) -> int | None:
     """The training step a model folder holds: a checkpoint's, a words-seen checkpoint's, a final model's."""
-    from .. import runs
     from ..job_configs.training_metrics import TrainingMetrics
 
     state = folder / runs.TRAINER_STATE
@@ -639,7 +626,7 @@ def _step(folder: Path) -> int | None:
 
 
 def _write_json(path: Path, value) -> None:
-    replace_file(path, json.dumps(value, indent=2) + "\n")
+    runs.replace_file(path, json.dumps(value, indent=2) + "\n")
 
 
 def result_key(weights: str, files: list[Path], pll: str | None, temperature: float | None) -> dict:
@@ -746,8 +733,6 @@ def _score_revision(
 ) -> None:  # fmt: skip
     """Scores `revision` of `model`, the model at `source` (at `commit` of a Hub repository), on `tasks` into the
     results tree under `out_dir`, adding each task's values to its summary `row` as it is done (`evaluate_babylm`)."""
-    from .. import runs
-
     folder = runs.pipeline_model_dir(out_dir, model) / revision
     weights = runs.fingerprint(source) if Path(source).is_dir() else f"{source}@{commit}" if commit else source
     loaded = None
@@ -786,10 +771,7 @@ def summary_table(summary: dict) -> str:
     header = "| model | step | words | " + " | ".join(title for _, title, _ in columns) + " |"
     lines = [header, "|---" * (len(columns) + 3) + "|"]
     for revision, row in summary["rows"].items():
-        cells = []
-        for key, _, task in columns:
-            value = row.get(key)
-            cells.append("" if value is None else f"{value:.{task.digits}f}")
+        cells = ["" if row.get(key) is None else f"{row[key]:.{task.digits}f}" for key, _, task in columns]
         step = "" if row.get("step") is None else str(row["step"])
         words = "" if row.get("words") is None else f"{row['words']:,}"
         lines.append(f"| {revision} | {step} | {words} | " + " | ".join(cells) + " |")
@@ -830,9 +812,7 @@ __all__ = [
     "Item",
     "Task",
     "chosen",
-    "evaluate",
     "find_task_folder",
-    "predictions",
     "read_task",
     "resolve_data",
     "result_key",

@@ -13,7 +13,6 @@ gzip or not, or a single file.
 import hashlib
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -103,16 +102,12 @@ def check_report_name(name: str, argument: str = "name") -> str:
 
 
 # ------------------------------------------------------------------------------------------------------ report
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
-
-
 def _group(per_set: dict[str, dict], names: list[str]) -> dict:
     """A field's or term's sets together: the mean of their accuracies, and their pairs pooled with its interval."""
     correct = sum(per_set[name]["correct"] for name in names)
     total = sum(per_set[name]["total"] for name in names)
     return {
-        "accuracy": _mean([per_set[name]["accuracy"] for name in names]),
+        "accuracy": sum(per_set[name]["accuracy"] for name in names) / len(names),
         "sets": len(names),
         "correct": correct,
         "total": total,
@@ -155,14 +150,13 @@ def summarise(sets: dict[str, list[Item]], scores: dict[str, list[list[float]]])
         for name, row in per_set.items():
             grouped.setdefault(row[key], []).append(name)
         groups[key] = {group: _group(per_set, names) for group, names in sorted(grouped.items())}
-    correct = sum(row["correct"] for row in per_set.values())
-    total = sum(row["total"] for row in per_set.values())
+    all_sets = _group(per_set, list(per_set))
     return {
-        "overall": _mean([row["accuracy"] for row in per_set.values()]),
-        "overall_pairs": correct / total,
-        "overall_pairs_wilson95": list(wilson_interval(correct, total)),
-        "correct": correct,
-        "total": total,
+        "overall": all_sets["accuracy"],
+        "overall_pairs": all_sets["pooled"],
+        "overall_pairs_wilson95": all_sets["wilson95"],
+        "correct": all_sets["correct"],
+        "total": all_sets["total"],
         "ties": sum(row["ties"] for row in per_set.values()),
         "num_sets": len(per_set),
         "fields": {field: row["accuracy"] for field, row in groups["field"].items()},

@@ -60,16 +60,17 @@ the predictions (the pipeline pairs them silently), two fine-tuning files with o
 import json
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import runs
 from ..data.jsonl import read_jsonl
 from ..data.text import read_text
-from ..extras import needs, require
+from ..extras import require
 from ..models.errors import InputError, InputNotADirectoryError, InputNotFoundError
 from ..runs.layout import track_revisions
-from .babylm import TASKS, Task, resolve_data
+from .babylm import TASKS, Task, resolve_data, spearman
 from .reading import SUBMISSION_FITS, UID, read_reading, submission_scores, too_few_rows
 
 logger = logging.getLogger(__name__)
@@ -198,30 +199,22 @@ def _check_predictions(
     if not isinstance(value, dict) or not value:
         problems.append(f'{path} ({what}): expected {{UID: {{"predictions": [...]}}}}, got {type(value).__name__}')
         return False
-    ok = True
+    noted = len(problems)
     for uid, entry in value.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("predictions"), list):
             problems.append(f'{path} ({what}): UID {uid} has no "predictions" list')
-            ok = False
             continue
-        if isinstance(sizes, dict):
-            if uid.lower() not in sizes:
-                problems.append(f"{path} ({what}): UID {uid} is not one of the task's UIDs")
-                ok = False
-                continue
-            expected = sizes[uid.lower()]
-        else:
-            expected = sizes
-        if len(entry["predictions"]) != expected:
+        expected = sizes.get(uid.lower()) if isinstance(sizes, dict) else sizes
+        if expected is None:
+            problems.append(f"{path} ({what}): UID {uid} is not one of the task's UIDs")
+        elif len(entry["predictions"]) != expected:
             got = len(entry["predictions"])
             problems.append(f"{path} ({what}): UID {uid} has {got} predictions, the pipeline requires {expected}")
-            ok = False
     missing = sorted((required or set()) - {uid.lower() for uid in value})
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         problems.append(f"{path} ({what}): no predictions for UID {shown}")
-        ok = False
-    return ok
+    return len(problems) == noted
 
 
 def _required_uids(counts: ItemCounts, key: str, fast: bool) -> set | None:
@@ -238,9 +231,7 @@ def _check_aoa(value, path: Path, revisions: list[str], size: int, problems: lis
     if not isinstance(results, list) or not all(isinstance(r, dict) and "step" in r for r in results):
         problems.append(f'{path} (aoa): expected {{"results": [{{"step": <revision>, ...}}, ...]}}')
         return
-    per_step = {}
-    for record in results:
-        per_step[record["step"]] = per_step.get(record["step"], 0) + 1
+    per_step = Counter(record["step"] for record in results)
     missing = [revision for revision in revisions if revision not in per_step]
     extra = sorted(set(per_step) - set(revisions))
     if missing:
@@ -321,14 +312,12 @@ def collate(
     full["glue"] = glue
 
     scorer = _FastScorer(fast_data, problems)
-    fast = {task.key: [] for task in TASKS.values() if task.on_revisions}
+    fast_tasks = [task for task in TASKS.values() if task.on_revisions]
+    fast = {task.key: [] for task in fast_tasks}
     for name in revisions:
-        for task in TASKS.values():
-            if not task.on_revisions:
-                continue
-            path = model_dir / name / runs.PIPELINE_ZERO_SHOT / backend / task.collated(fast=True)
-            path /= runs.PIPELINE_PREDICTIONS
-            what = f"{task.key} fast, revision {name}"
+        for task in fast_tasks:
+            path, what = _fast_file(model_dir / name, backend, task)
+            what += f", revision {name}"
             value = _load_json(path, problems, what)
             required = _required_uids(counts, task.key, True)
             if value is not None and _check_predictions(value, path, what, counts.fast[task.key], required, problems):
@@ -345,16 +334,18 @@ def collate(
 
 def _files(folder: Path, backend: str, fast: bool) -> list[tuple[Path, str]]:
     """The files a revision's folder must hold, with what each is."""
-    zero_shot = folder / runs.PIPELINE_ZERO_SHOT / backend
     if fast:
-        return [
-            (zero_shot / task.collated(fast=True) / runs.PIPELINE_PREDICTIONS, f"{task.key} fast")
-            for task in TASKS.values()
-            if task.on_revisions
-        ]
+        return [_fast_file(folder, backend, task) for task in TASKS.values() if task.on_revisions]
+    zero_shot = folder / runs.PIPELINE_ZERO_SHOT / backend
     files = [(zero_shot / task.collated(fast=False) / runs.PIPELINE_PREDICTIONS, task.key) for task in TASKS.values()]
     files.append((zero_shot / AOA_FILE, "aoa"))
     return files + [(folder / runs.PIPELINE_FINETUNE / task / runs.PIPELINE_PREDICTIONS, task) for task in GLUE_TASKS]
+
+
+def _fast_file(folder: Path, backend: str, task: Task) -> tuple[Path, str]:
+    """A revision's predictions of `task`'s fast set, with what it is."""
+    path = folder / runs.PIPELINE_ZERO_SHOT / backend / task.collated(fast=True) / runs.PIPELINE_PREDICTIONS
+    return path, f"{task.key} fast"
 
 
 def _the_backend(zero_shot: Path) -> str:
@@ -444,20 +435,15 @@ class _FastScorer:
     def rho(self, predictions, data: Path | None, where: Path, uid: str) -> float | None:
         """Spearman's rho between the predictions' "prob" and the items' human `ratio`."""
         ratios = [record.get("ratio") for record in self.records(data)]
-        probs = (
-            self._values(predictions, "prob", where, uid, number=True)
-            if self._paired(predictions, ratios, data, where, uid)
-            else None
-        )
+        if not self._paired(predictions, ratios, data, where, uid):
+            return None
+        probs = self._values(predictions, "prob", where, uid, number=True)
         if probs is None:
             return None
         if not all(isinstance(ratio, (int, float)) for ratio in ratios):
             self.problems.append(f"{data}: an item has no number 'ratio' (the human preference)")
             return None
-        with needs("eval", "the wug tests' Spearman correlation"):
-            from scipy.stats import spearmanr
-
-        return float(spearmanr(probs, ratios)[0])
+        return spearman(probs, ratios)
 
     def reading(self, task: Task, value: dict, where: Path) -> dict | None:
         if UID not in value:

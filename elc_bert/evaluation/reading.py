@@ -141,18 +141,11 @@ def read_reading(path: Path, fits: Sequence[tuple[str, str]] = TASK_FITS) -> lis
         )
     if not words:
         raise InputError(f"{path}: no rows")
-    short = too_few_rows(words, fits=fits)
-    if short:
-        raise InputError(f"{path}: too few rows for the reading regressions: {'; '.join(short)}")
+    _refuse_too_few_rows(words, None, None, fits, f"{path}: ")
     return words
 
 
 # ------------------------------------------------------------------------------------------ word-level quantities
-def _first_token(tokenizer, text: str) -> int | None:
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[0] if ids else None
-
-
 def word_steps(tokenizer, context: str, word: str) -> list[tuple[str, int | None]]:
     """The (context, target token id) of each factor of the pipeline's p(word | context) (the module says how);
     None where a target tokenizes to nothing."""
@@ -163,7 +156,8 @@ def word_steps(tokenizer, context: str, word: str) -> list[tuple[str, int | None
     context += tokenizer.decode(tokens[0])
     for token in tokens[1:]:
         piece = tokenizer.decode(token)
-        steps.append((context, _first_token(tokenizer, piece)))
+        retokenized = tokenizer(piece, add_special_tokens=False)["input_ids"]  # its first token is the target
+        steps.append((context, retokenized[0] if retokenized else None))
         context += piece
     return steps
 
@@ -339,10 +333,10 @@ def too_few_rows(
     ]
 
 
-def _refuse_too_few_rows(words, pred, prev_pred, fits) -> None:
+def _refuse_too_few_rows(words, pred, prev_pred, fits, prefix: str = "") -> None:
     short = too_few_rows(words, pred, prev_pred, fits)
     if short:
-        raise InputError(f"too few rows for the reading regressions: {'; '.join(short)}")
+        raise InputError(f"{prefix}too few rows for the reading regressions: {'; '.join(short)}")
 
 
 def _fits(columns: dict[str, np.ndarray], measure: str, predictors: Sequence[str]) -> tuple[Fit, Fit]:

@@ -103,14 +103,8 @@ def read_overall(
 
 def read_glue(run_dir: Path) -> dict[str, float | None]:
     """{entry: score in %, or None} for the 11 BabyLM entries, from RUN_DIR/glue/<entry>/result.json."""
-    scores = {}
-    for entry in GLUE_ENTRIES:
-        path = runs.glue_dir(run_dir) / entry / runs.RESULT
-        if not path.is_file():
-            scores[entry] = None
-            continue
-        scores[entry] = 100 * GlueResult.read(path).metric
-    return scores
+    paths = {entry: runs.glue_dir(run_dir) / entry / runs.RESULT for entry in GLUE_ENTRIES}
+    return {entry: 100 * GlueResult.read(path).metric if path.is_file() else None for entry, path in paths.items()}
 
 
 def aggregate(parts: dict[str, float | None], glue_complete: bool, capped: dict | None = None) -> dict:
@@ -124,19 +118,18 @@ def aggregate(parts: dict[str, float | None], glue_complete: bool, capped: dict 
         missing.append("some GLUE tasks")
     capped = {part: cap for part, cap in (capped or {}).items() if part in WEIGHTS}  # parts of the aggregate only
     missing += [f"the full {TITLES[part]}" for part in capped]
+    weighted = sum(WEIGHTS[part] * value for part, value in present.items())
     if not missing:
-        value = sum(WEIGHTS[part] * present[part] for part in WEIGHTS)
-        return {"aggregate": value, "partial_aggregate": None, "partial_label": None}
-    partial = None
-    if present:
-        weight = sum(WEIGHTS[part] for part in present)
-        partial = sum(WEIGHTS[part] * value for part, value in present.items()) / weight
+        return {"aggregate": weighted, "partial_aggregate": None, "partial_label": None}
+    if not present:
+        return {"aggregate": None, "partial_aggregate": None, "partial_label": None}
+    weight = sum(WEIGHTS[part] for part in present)
     terms = " + ".join(
         f"{WEIGHTS[part]} {TITLES[part]}" + (f" (first {capped[part]} pairs per set)" if part in capped else "")
         for part in present
     )
-    label = f"partial: ({terms}) / {sum(WEIGHTS[p] for p in present):.1f}; missing {', '.join(missing)}"
-    return {"aggregate": None, "partial_aggregate": partial, "partial_label": label if present else None}
+    label = f"partial: ({terms}) / {weight:.1f}; missing {', '.join(missing)}"
+    return {"aggregate": None, "partial_aggregate": weighted / weight, "partial_label": label}
 
 
 def build_scorecard(run_dir: str | Path) -> dict:

@@ -51,8 +51,7 @@ def probe_batch(vocab_size: int, pad_id: int = 3, seed: int = 0) -> tuple[torch.
 def probe_outputs(model, input_ids, attention_mask) -> torch.Tensor:
     """The model's main output on the probe batch, at real tokens only (padding positions are arbitrary)."""
     if type(model).__name__.endswith("ForMultipleChoice"):  # B x C x T: the rows become the choices
-        output = model(input_ids[None], attention_mask=attention_mask[None])
-        return output.logits.float()
+        return model(input_ids[None], attention_mask=attention_mask[None]).logits.float()
     output = model(input_ids, attention_mask=attention_mask)
     for name in ("logits", "start_logits", "last_hidden_state"):
         value = getattr(output, name, None)

@@ -151,17 +151,12 @@ def check_out_dir(source: Path, out_dir: Path, overwrite: bool) -> None:
         raise InputExistsError(f"{out_dir} exists and is not empty (pass --overwrite to replace it)")
 
 
-def _current_umask() -> int:
-    umask = os.umask(0o022)  # the only way to read it is to set it
-    os.umask(umask)
-    return umask
-
-
 def give_usual_modes(folder: Path) -> None:
     """Gives `folder` and everything in it the modes a plain write gives under the umask (0755 and 0644 under 022):
     transformers writes the weights through a temporary file, 0600, so that a copy or an upload of the folder would
     keep them private to one user."""
-    umask = _current_umask()
+    umask = os.umask(0o022)  # the only way to read it is to set it
+    os.umask(umask)
     for path in [folder, *folder.rglob("*")]:
         if not path.is_symlink():
             path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)

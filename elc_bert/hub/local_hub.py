@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
 from huggingface_hub import RepoCard
+from huggingface_hub.utils.sha import git_hash
 
 DEFAULT_TOKEN = "hf_local_hub_token"
 
@@ -45,10 +46,6 @@ class HubState:
         self.repos: dict[str, dict] = {}
         self.unhandled: list[str] = []  # requests this server does not know (for debugging a failing test)
         self.lock = threading.Lock()
-
-
-def _git_blob_sha(data: bytes) -> str:
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 class HubHandler(BaseHTTPRequestHandler):
@@ -84,15 +81,13 @@ class HubHandler(BaseHTTPRequestHandler):
     def _repo(self, repo_id: str):
         """The repo when this request may see it, else None (a private repo without the token: not found)."""
         repo = self.state.repos.get(repo_id)
-        if repo is None or (repo["private"] and not self._authorized()):
-            return None
-        return repo
+        visible = repo is not None and (not repo["private"] or self._authorized())
+        return repo if visible else None
 
     def _at(self, repo: dict, revision: str) -> dict | None:
         """{"sha", "files"} of a branch, or of the commit whose sha `revision` is; None when neither."""
-        if revision in repo["branches"]:
-            return repo["branches"][revision]
-        return next((commit for commit in repo["commits"] if commit["sha"] == revision), None)
+        branch = repo["branches"].get(revision)
+        return branch or next((commit for commit in repo["commits"] if commit["sha"] == revision), None)
 
     def _unhandled(self):
         self.state.unhandled.append(f"{self.command} {self.path}")
@@ -142,17 +137,13 @@ class HubHandler(BaseHTTPRequestHandler):
         if branch is None:
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         if action == "preupload":
-            files = json.loads(body)["files"]
-            return self._json(
-                200,
-                {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]},
-            )
+            regular = {"uploadMode": "regular", "shouldIgnore": False}
+            return self._json(200, {"files": [{"path": f["path"], **regular} for f in json.loads(body)["files"]]})
         lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
         added, deleted = {}, []
         for line in lines:
             if line["key"] == "file":
-                value = line["value"]
-                added[value["path"]] = base64.b64decode(value["content"])
+                added[line["value"]["path"]] = base64.b64decode(line["value"]["content"])
             elif line["key"] == "deletedFile":
                 deleted.append(line["value"]["path"])
             elif line["key"] != "header":
@@ -167,9 +158,6 @@ class HubHandler(BaseHTTPRequestHandler):
             repo["commits"].append(commit)
         url = f"http://{self.headers['Host']}/{repo_id}/commit/{branch['sha']}"
         return self._json(200, {"commitUrl": url, "commitOid": branch["sha"], "pullRequestUrl": None})
-
-    def do_HEAD(self):
-        self.do_GET()
 
     def do_GET(self):
         path = unquote(urlparse(self.path).path)
@@ -195,7 +183,7 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._error(404, "RevisionNotFound", f"Invalid rev id: {revision}")
         if tree is not None:
             entries = [
-                {"type": "file", "path": name, "size": len(data), "oid": _git_blob_sha(data)}
+                {"type": "file", "path": name, "size": len(data), "oid": git_hash(data)}
                 for name, data in sorted(at["files"].items())
             ]
             return self._json(200, entries)
@@ -207,8 +195,10 @@ class HubHandler(BaseHTTPRequestHandler):
             headers = {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": at["sha"]}
             return self._send(404, b'{"error": "Entry not found"}', headers)
         data = at["files"][filename]
-        headers = {"X-Repo-Commit": at["sha"], "ETag": f'"{_git_blob_sha(data)}"'}
+        headers = {"X-Repo-Commit": at["sha"], "ETag": f'"{git_hash(data)}"'}
         return self._send(200, data, headers, content_type="application/octet-stream")
+
+    do_HEAD = do_GET  # the same answer; `_send` leaves out the body
 
 
 def make_server(token: str, port: int = 0, host: str = "127.0.0.1") -> tuple[ThreadingHTTPServer, HubState, str]:

@@ -61,18 +61,14 @@ AUTO_EXAMPLES = {
 }
 
 
-def _template(templates_dir: Path, name: str) -> Template:
+def _fill(templates_dir: Path, name: str, **values) -> str:
     path = templates_dir / name
     if not path.is_file():
         raise InputNotFoundError(f"model card template {path} is missing (templates_dir={templates_dir})")
-    return Template(path.read_text(encoding="utf-8"))
-
-
-def _fill(templates_dir: Path, name: str, **values) -> str:
     try:
-        return _template(templates_dir, name).substitute(**values).strip()
+        return Template(path.read_text(encoding="utf-8")).substitute(**values).strip()
     except KeyError as error:
-        raise KeyError(f"{templates_dir / name}: no value for ${error.args[0]}") from None
+        raise KeyError(f"{path}: no value for ${error.args[0]}") from None
 
 
 def _index_entry(task: tuple[str, str], measure: Measure) -> EvalResult:
@@ -123,12 +119,8 @@ def _figures(model, run: Run, out_dir: Path) -> str:
     backbone = base.backbone if isinstance(base, LayerFusionModel) else base
     if isinstance(backbone, ElcBertModel) and backbone.encoder.elc:
         plots.plot_layer_weights(out_dir / "alpha.png", {"ELC layer weights alpha": backbone.layer_weights().tolist()})
-        figures.append(
-            (
-                "alpha.png",
-                "ELC layer weights: row n is softmax(theta^(n)), how much block n reads of each earlier state.",
-            )
-        )
+        caption = "ELC layer weights: row n is softmax(theta^(n)), how much block n reads of each earlier state."
+        figures.append(("alpha.png", caption))
     run_dir = None if run.left_out else run.dir  # the run's plots are measurements too
     recorded = mean_depth_profiles(run_dir) if run_dir is not None else {}  # none but a finetune-ner run's
     profiles = {f"N={shots} ({trials} trials)": weights for shots, (trials, weights) in recorded.items()}
@@ -152,8 +144,6 @@ def _figures(model, run: Run, out_dir: Path) -> str:
                 )
             shutil.copyfile(run_dir / name, out_dir / f"run_{name}")
             figures.append((f"run_{name}", caption))
-    if not figures:
-        return ""
     return "\n\n".join(f"![{caption}]({name})\n\n*{caption}*" for name, caption in figures)
 
 
@@ -265,8 +255,8 @@ def _auto_class_name(model) -> str:
 def pipeline_of(model) -> tuple[str, str]:
     """(the Hub's pipeline tag, the task's name) of the model's head."""
     class_name = type(model).__name__
-    suffix = next((s for s in PIPELINE_TAGS if class_name.endswith(s)), None)
-    return PIPELINE_TAGS.get(suffix, ("feature-extraction", "Feature extraction"))
+    tags = (tag for suffix, tag in PIPELINE_TAGS.items() if class_name.endswith(suffix))
+    return next(tags, ("feature-extraction", "Feature extraction"))
 
 
 def parameter_count(model) -> str:
@@ -341,19 +331,16 @@ def usage_snippet(model, repo_id: str, remote_code: bool) -> str:
 
 
 def _usage(model, templates_dir: Path, repo_id: str | None, sentence_modules: list[str] | None) -> str:
+    repo_id = repo_id or "USER/NAME"
     sentence_usage = ""
     if sentence_modules:
-        sentence_usage = _fill(
-            templates_dir,
-            "usage_sentence.md",
-            repo_id=repo_id or "USER/NAME",
-            modules=", then ".join(["the token states", *sentence_modules]),
-        )
+        modules = ", then ".join(["the token states", *sentence_modules])
+        sentence_usage = _fill(templates_dir, "usage_sentence.md", repo_id=repo_id, modules=modules)
     return _fill(
         templates_dir,
         "usage.md",
-        snippet=usage_snippet(model, repo_id or "USER/NAME", remote_code=False),
-        remote_snippet=usage_snippet(model, repo_id or "USER/NAME", remote_code=True),
+        snippet=usage_snippet(model, repo_id, remote_code=False),
+        remote_snippet=usage_snippet(model, repo_id, remote_code=True),
         install=install_instructions(),
         sentence_usage=sentence_usage,
     )
@@ -412,7 +399,6 @@ def model_card(
 @torch.no_grad()
 def write_model_card(out_dir: Path, model, **kwargs) -> Path:
     """Writes README.md (and its images) into `out_dir`; keyword arguments as for `model_card`."""
-    out_dir = Path(out_dir)
-    path = out_dir / "README.md"
-    model_card(model, out_dir=out_dir, **kwargs).save(path)
+    path = Path(out_dir) / "README.md"
+    model_card(model, out_dir=path.parent, **kwargs).save(path)
     return path

@@ -7,12 +7,13 @@ The token comes from the usual places (`HF_TOKEN`, then the token file written b
 `huggingface_hub`'s `upload_folder`.
 """
 
-import hashlib
 import json
 import logging
 import shutil
 import tempfile
 from pathlib import Path
+
+from huggingface_hub.utils.sha import git_hash, sha_fileobj
 
 from elc_bert import runs
 
@@ -95,22 +96,15 @@ def run_identity(run_dir: str | Path) -> str:
     return runs.fingerprint(next(iter(kept.values())))
 
 
-def _digest(path: Path, digest) -> str:
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def same_file(path: Path, entry) -> bool:
     """Whether the Hub's `entry` (a `huggingface_hub.RepoFile`) holds the bytes of the local file `path`: by the
     sha256 of an LFS (or Xet) file, by the git blob id of a regular one."""
-    size = path.stat().st_size
-    if entry.size != size:
+    if entry.size != path.stat().st_size:
         return False
-    if entry.lfs is not None:
-        return entry.lfs.sha256 == _digest(path, hashlib.sha256())
-    return entry.blob_id == _digest(path, hashlib.sha1(b"blob %d\0" % size))
+    with open(path, "rb") as file:
+        if entry.lfs is not None:
+            return entry.lfs.sha256 == sha_fileobj(file).hex()
+        return entry.blob_id == git_hash(file.read())  # a regular file: small, read whole
 
 
 def same_files(folder: Path, remote: dict) -> bool:

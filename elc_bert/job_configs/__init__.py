@@ -11,13 +11,7 @@ from pathlib import Path
 
 from .. import runs
 from ..models.errors import InputError, InputNotFoundError
-from .fields import (  # noqa: F401
-    check_fields,
-    config_field,
-    load_config,
-    named_config,
-    save_config,
-)
+from .fields import check_fields, config_field, load_config, named_config, save_config  # noqa: F401
 from .finetune_glue import FinetuneGlueConfig
 from .finetune_ner import FinetuneNerConfig
 from .help import describe_config  # noqa: F401

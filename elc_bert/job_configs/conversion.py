@@ -136,11 +136,7 @@ def _keyword_types(target) -> tuple[dict, set]:
         declared = field_types(target)
         fields = [field for field in dataclasses.fields(target) if field.init]
         accepted = {field.name: declared[field.name] for field in fields}
-        required = {
-            field.name
-            for field in fields
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING
-        }
+        required = {field.name for field in fields if field_default(field) is dataclasses.MISSING}
         from transformers import PreTrainedConfig
 
         if issubclass(target, PreTrainedConfig):
@@ -152,6 +148,13 @@ def _keyword_types(target) -> tuple[dict, set]:
         hints = {}
     parameters = inspect.signature(target).parameters.values()
     return {p.name: hints.get(p.name, Any) for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY}, set()
+
+
+def field_default(field: dataclasses.Field):
+    """A dataclass field's default (a new one from its factory), or `dataclasses.MISSING` where it has none."""
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
 
 
 def field_types(cls) -> dict:

@@ -18,7 +18,7 @@ from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
 from .. import runs
 from ..models.errors import InputError, InputNotFoundError
-from .conversion import bounds_text, check_keys, convert, field_types, within
+from .conversion import bounds_text, check_keys, convert, field_default, field_types, within
 
 # What every job's `report_to` may name: the Trainer's experiment trackers (each needs its own package).
 TRACKERS = tuple(INTEGRATION_TO_CALLBACK)
@@ -224,16 +224,9 @@ def _flatten(values: dict, prefix: str = "") -> dict:
 
 def _defaults(config, keys: set) -> dict:
     """The defaults of the dotted `keys` of `config`'s class (a nested key: its field's default mapping's entry)."""
-    defaults = {}
-    for field in dataclasses.fields(config):
-        if field.default is not dataclasses.MISSING:
-            value = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            value = field.default_factory()
-        else:
-            continue
-        value = yaml.safe_load(yaml.safe_dump(value))
-        defaults.update(_flatten({field.name: value}) if isinstance(value, dict) else {field.name: value})
+    given = {field.name: field_default(field) for field in dataclasses.fields(config)}
+    given = {name: value for name, value in given.items() if value is not dataclasses.MISSING}
+    defaults = _flatten(yaml.safe_load(yaml.safe_dump(given)))  # the same types as the file's
     return {key: defaults[key] for key in keys if key in defaults}
 
 

@@ -108,14 +108,11 @@ class FinetuneGlueConfig:
 
     def __post_init__(self):
         check_fields(self)
-        unknown = [task for task in self.tasks if task not in TASKS]
-        if unknown:
-            hint = " (mnli-mm is scored by the mnli run)" if "mnli-mm" in unknown else ""
-            raise InputError(f"tasks: unknown {unknown}{hint}; choose from {sorted(TASKS)}")
-        for key in ("large_tasks", "task_batch_size", "task_epochs"):
+        for key in ("tasks", "large_tasks", "task_batch_size", "task_epochs"):
             unknown = [task for task in getattr(self, key) if task not in TASKS]
             if unknown:
-                raise InputError(f"{key}: unknown {unknown}; choose from {sorted(TASKS)}")
+                hint = " (mnli-mm is scored by the mnli run)" if key == "tasks" and "mnli-mm" in unknown else ""
+                raise InputError(f"{key}: unknown {unknown}{hint}; choose from {sorted(TASKS)}")
         if any(size < 1 for size in self.task_batch_size.values()):
             raise InputError(f"task_batch_size must be >= 1 for each task, got {self.task_batch_size}")
         if any(epochs <= 0 for epochs in self.task_epochs.values()):

@@ -5,7 +5,7 @@ import textwrap
 
 import yaml
 
-from .conversion import as_tuple, bounds_text, field_types, target_name, type_name
+from .conversion import as_tuple, bounds_text, field_default, field_types, target_name, type_name
 
 
 def describe_config(config_class) -> str:
@@ -17,12 +17,8 @@ def describe_config(config_class) -> str:
         bounds = field.metadata.get("bounds")
         if bounds:
             kind += f" {bounds_text(bounds)}"
-        if field.default is not dataclasses.MISSING:
-            kind += f", default {_yaml_text(field.default)}"
-        elif field.default_factory is not dataclasses.MISSING:
-            kind += f", default {_yaml_text(field.default_factory())}"
-        else:
-            kind += ", required"
+        default = field_default(field)
+        kind += ", required" if default is dataclasses.MISSING else f", default {_yaml_text(default)}"
         text = field.metadata.get("help", "")
         if field.metadata.get("keys") is not None:
             targets = " / ".join(target_name(t) for t in as_tuple(field.metadata["keys"]))

@@ -76,8 +76,7 @@ class MlmConfig:
         for split in ("validation", "test"):
             for metric in ("loss", "perplexity"):
                 if f"{split}_{metric}" in metrics:
-                    name = f"{split} MLM {metric}"
-                    value = metrics[f"{split}_{metric}"]
+                    name, value = f"{split} MLM {metric}", metrics[f"{split}_{metric}"]
                     found.append(Measure(metric, name, value, dataset, split, f"{dataset.name} {name}"))
         return found
 

@@ -18,16 +18,13 @@ def training_arguments(config, output_dir: str | Path, owned: dict, **defaults) 
     undeclared = sorted(set(owned) - set(type(config).training_owned))
     if undeclared:
         raise RuntimeError(f"{type(config).__name__}.training_owned does not name {undeclared}, which the job sets")
-    arguments = dict(
+    shared = dict(
         output_dir=str(output_dir),
         report_to=list(config.report_to),  # the job's `report_to` key (none by default)
         logging_nan_inf_filter=False,  # a diverged loss is logged as it is (`StopOnNonFiniteLoss` stops the run)
         dataloader_pin_memory=torch.accelerator.current_accelerator() is not None,  # else a warning
     )
-    arguments.update(defaults)
-    arguments.update(config.training)
-    arguments.update(owned)
-    return TrainingArguments(**arguments)
+    return TrainingArguments(**{**shared, **defaults, **config.training, **owned})
 
 
 def writes_run_folder() -> bool:

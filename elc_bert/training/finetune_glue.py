@@ -208,13 +208,6 @@ def _question_key(row: dict) -> str:
     return json.dumps([row["paragraph"], row["question"]])
 
 
-def _dev_metric_fn(task: GlueTask):
-    def compute(prediction):
-        return task_metrics(task, prediction.label_ids, np.argmax(prediction.predictions, axis=-1))
-
-    return compute
-
-
 def _model(config: FinetuneGlueConfig, task: GlueTask, tokenizer):
     """The model of `task` with a fresh classifier (`config.head`), its base model's weights checked."""
     source = resolve_model(config.model)
@@ -250,9 +243,8 @@ def _babylm_classifier(config: FinetuneGlueConfig, task: GlueTask, tokenizer, so
 def training_steps(config: FinetuneGlueConfig, examples: int, batch_size: int, epochs: float) -> tuple[int, int]:
     """(optimiser steps per epoch, in all) of `examples` in batches of `batch_size`, as the Trainer counts them."""
     accumulation = int(config.training.get("gradient_accumulation_steps", 1))
-    batches = math.ceil(examples / batch_size)
-    if config.training.get("dataloader_drop_last"):
-        batches = examples // batch_size
+    drop_last = config.training.get("dataloader_drop_last")
+    batches = examples // batch_size if drop_last else math.ceil(examples / batch_size)
     per_epoch = max(batches // accumulation, 1)
     return per_epoch, math.ceil(epochs * per_epoch)
 
@@ -302,7 +294,9 @@ def _trainer(config: FinetuneGlueConfig, task: GlueTask, model, tokenizer, train
         train_dataset=train,
         eval_dataset={"dev": dev},  # early stopping on the task's own dev set (MNLI: matched only)
         data_collator=DataCollatorWithPadding(tokenizer),
-        compute_metrics=_dev_metric_fn(task),
+        compute_metrics=lambda prediction: task_metrics(
+            task, prediction.label_ids, np.argmax(prediction.predictions, -1)
+        ),
         callbacks=[StopOnNonFiniteLoss()]
         + ([EarlyStoppingCallback(early_stopping_patience=patience)] if patience is not None else []),
     )

@@ -11,6 +11,7 @@ the best trial's of each N.
 """
 
 import dataclasses
+import itertools
 import json
 import logging
 import shutil
@@ -76,9 +77,8 @@ def entity_f1(label_names, scheme: str, words: dict):
 
     def compute(prediction):
         gold, guessed = tag_sequences(prediction, label_names, words)
-        if scheme == "IOB2":
-            return {"f1": f1_score(gold, guessed, mode="strict", scheme=IOB2)}
-        return {"f1": f1_score(gold, guessed)}  # conlleval rules, which read IOB1 correctly
+        options = {"mode": "strict", "scheme": IOB2} if scheme == "IOB2" else {}  # IOB1: the conlleval rules
+        return {"f1": f1_score(gold, guessed, **options)}
 
     return compute
 
@@ -112,15 +112,12 @@ def entity_scores(prediction, label_names, scheme: str, words: dict) -> dict:
     gold, guessed = tag_sequences(prediction, label_names, words)
     options = {"mode": "strict", "scheme": IOB2} if scheme == "IOB2" else {}
     report = classification_report(gold, guessed, output_dict=True, zero_division=0, **options)
-    overall = report["micro avg"]
-    scores = {key: float(overall[key]) for key in ("precision", "recall", "f1-score")}
-    scores["f1"] = scores.pop("f1-score")
-    scores["per_type"] = {
+    scores = {
         name: {"precision": float(r["precision"]), "recall": float(r["recall"]), "f1": float(r["f1-score"])}
         for name, r in report.items()
-        if not name.endswith(" avg")
     }
-    return scores
+    per_type = {name: entry for name, entry in scores.items() if not name.endswith(" avg")}
+    return {**scores["micro avg"], "per_type": per_type}
 
 
 def scoring_columns(encoded, max_length: int):
@@ -164,32 +161,25 @@ def kept_folder(config: FinetuneNerConfig) -> str:
 def build_model(config: FinetuneNerConfig, label_names: list[str]):
     labels = {"num_labels": len(label_names), "id2label": dict(enumerate(label_names))}
     labels["label2id"] = {name: i for i, name in enumerate(label_names)}
+    source = resolve_model(config.model)
     if config.fusion is None:
-        source = resolve_model(config.model)
         model, info = load_pretrained(AutoModelForTokenClassification, source, **labels)
         if not config.allow_unloaded_weights:
             check_fine_tuning_start(source, model, info, UNLOADED_HINT)
         if config.freeze_backbone:
             model.base_model.requires_grad_(False)
-        return with_lora(model, config.lora) if config.lora is not None else model
-    model = LayerFusionForTokenClassification.from_backbone(
-        resolve_model(config.model),
-        fusion=config.fusion,
-        freeze_backbone=config.freeze_backbone,
-        allow_unloaded_weights=config.allow_unloaded_weights,
-        **config.fusion_options,
-        **labels,
-    )
-    if config.freeze_backbone and config.feature_cache:
-        model.base_model.enable_feature_cache()
+    else:
+        model = LayerFusionForTokenClassification.from_backbone(
+            source,
+            fusion=config.fusion,
+            freeze_backbone=config.freeze_backbone,
+            allow_unloaded_weights=config.allow_unloaded_weights,
+            **config.fusion_options,
+            **labels,
+        )
+        if config.freeze_backbone and config.feature_cache:
+            model.base_model.enable_feature_cache()
     return with_lora(model, config.lora) if config.lora is not None else model
-
-
-def mean_depth_weights(model, batches) -> list[float]:
-    """DWAtt's weights over the fused states (embeddings, layer 1, ...), averaged over the real tokens of `batches`
-    with the model in eval mode (`LayerFusionModel.mean_depth_weights`)."""
-    model.eval()
-    return model.base_model.mean_depth_weights(batches)
 
 
 class TrialData(NamedTuple):
@@ -295,15 +285,14 @@ def finetune_ner(config: FinetuneNerConfig, callbacks: list | None = None) -> Ne
 def claim_next_trial(config: FinetuneNerConfig) -> tuple[int, int] | None:
     """(N, trial) of the first trial that is neither finished nor run by another live process, now claimed by this
     one (`runs.claim`); None when none is left."""
-    for shots in config.shots:
-        for trial in range(config.trials):
-            run_dir = runs.trial_dir(config.output_dir, shots, trial)
-            if (run_dir / runs.RESULT).exists():
-                continue
-            held_by = runs.claim(run_dir)
-            if held_by is None:
-                return shots, trial
-            logger.info("N=%d trial %d: left to the process that runs it (%s, %s)", shots, trial, held_by, run_dir)
+    for shots, trial in itertools.product(config.shots, range(config.trials)):
+        run_dir = runs.trial_dir(config.output_dir, shots, trial)
+        if (run_dir / runs.RESULT).exists():
+            continue
+        held_by = runs.claim(run_dir)
+        if held_by is None:
+            return shots, trial
+        logger.info("N=%d trial %d: left to the process that runs it (%s, %s)", shots, trial, held_by, run_dir)
     return None
 
 
@@ -312,11 +301,10 @@ def refuse_unfinished_trials(config: FinetuneNerConfig) -> None:
     share out the trials) and who holds them: the results written hold the finished trials only, and a run that
     ended as if whole would leave its table short of them."""
     unfinished = []
-    for shots in config.shots:
-        for trial in range(config.trials):
-            run_dir = runs.trial_dir(config.output_dir, shots, trial)
-            if not (run_dir / runs.RESULT).exists():
-                unfinished.append(f"N={shots} trial {trial} ({runs.holder(run_dir) or 'no live process now'})")
+    for shots, trial in itertools.product(config.shots, range(config.trials)):
+        run_dir = runs.trial_dir(config.output_dir, shots, trial)
+        if not (run_dir / runs.RESULT).exists():
+            unfinished.append(f"N={shots} trial {trial} ({runs.holder(run_dir) or 'no live process now'})")
     if unfinished:
         raise InputExistsError(
             f"{config.output_dir}: no result yet for {', '.join(unfinished)}, held by other processes; "
@@ -405,7 +393,9 @@ def best_model_scores(config: FinetuneNerConfig, data: TrialData, trainer: Train
         model.save_pretrained(run_dir / runs.MODEL)
         shutil.copy(run_dir / runs.ADAPTER / BEST_EPOCH, run_dir / runs.MODEL / BEST_EPOCH)
     if config.fusion is not None and FUSIONS[config.fusion].depth_weights:
-        scores["mean_depth_weights"] = mean_depth_weights(model, trainer.get_eval_dataloader())
+        # DWAtt's weights over the fused states (embeddings, layer 1, ...), averaged over the dev set's real tokens
+        model.eval()
+        scores["mean_depth_weights"] = model.base_model.mean_depth_weights(trainer.get_eval_dataloader())
     save_tokenizer(data.tokenizer, run_dir / runs.MODEL)
     runs.record_model(config.output_dir, run_dir / runs.MODEL)
     best_epoch = read_json(run_dir / runs.MODEL / BEST_EPOCH, "a best-epoch record", fields=("epoch",))
@@ -434,9 +424,8 @@ def summarize(config: FinetuneNerConfig) -> NerResults:
         paths = [runs.trial_dir(config.output_dir, shots, t) / runs.RESULT for t in range(config.trials)]
         trials = [TrialResult.read(path) for path in paths if path.exists()]
         if trials:
-            model = None
-            if len(trials) == config.trials:
-                model = prune_models(config, shots, [trial.best_dev_f1 for trial in trials])
+            whole = len(trials) == config.trials
+            model = prune_models(config, shots, [trial.best_dev_f1 for trial in trials]) if whole else None
             shots_results[shots] = ShotResults.over(trials, config.trials, model)
     return NerResults(what_ran, shots_results)
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch.nn.utils.rnn import pad_sequence
 from transformers import TrainerCallback
 
 from ..data.jsonl import read_json
@@ -41,8 +42,7 @@ Importance = Callable[[torch.nn.Module, object, list[dict], int], list[float]]
 
 
 def encoder_layers(model) -> torch.nn.ModuleList:
-    model = getattr(model, "module", model)
-    return model.base_model.encoder.layers
+    return getattr(model, "module", model).base_model.encoder.layers
 
 
 def measurement_batches(samples, pad_id: int, count: int, batch_size: int = 16) -> list[dict]:
@@ -52,12 +52,9 @@ def measurement_batches(samples, pad_id: int, count: int, batch_size: int = 16) 
     chosen = [samples[i]["input_ids"] for i in range(0, len(samples), step)][:count]
     batches = []
     for start in range(0, len(chosen), batch_size):
-        rows = chosen[start : start + batch_size]
-        width = max(len(row) for row in rows)
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, row in enumerate(rows):
-            ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+        rows = [torch.tensor(row, dtype=torch.long) for row in chosen[start : start + batch_size]]
+        ids = pad_sequence(rows, batch_first=True, padding_value=pad_id)
+        mask = pad_sequence([torch.ones_like(row) for row in rows], batch_first=True)
         batches.append({"input_ids": ids, "attention_mask": mask})
     return batches
 

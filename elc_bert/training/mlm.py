@@ -57,11 +57,9 @@ def _split_files(root: Path) -> dict[str, Path]:
     folder = nested if nested.is_dir() else root
     files = {}
     for split, name in (("train", "train.txt"), ("validation", "valid.txt"), ("test", "test.txt")):
-        candidates = [folder / name, folder / (name + ".gz")]
-        found = [path for path in candidates if path.is_file()]
-        if not found:
+        files[split] = next((path for path in (folder / name, folder / f"{name}.gz") if path.is_file()), None)
+        if files[split] is None:
             raise InputNotFoundError(f"{folder}: missing the {split} split ({name} or {name}.gz)")
-        files[split] = found[0]
     return files
 
 
@@ -93,8 +91,7 @@ def blocks(lines: list[str], tokenizer, block_size: int, limit: int | None, name
             f"{name}: {len(ids)} tokens, fewer than one block of block_size {block_size} needs ({body} and the two "
             "special tokens). Give it more text or set a smaller block_size"
         )
-    chunks = [ids[start : start + body] for start in range(0, len(ids) - body + 1, body)]
-    chunks = chunks[:limit] if limit is not None else chunks
+    chunks = [ids[start : start + body] for start in range(0, len(ids) - body + 1, body)][:limit]
     first, last = tokenizer.cls_token_id, tokenizer.sep_token_id
     return datasets.Dataset.from_dict({"input_ids": [[first, *chunk, last] for chunk in chunks]})
 
@@ -138,15 +135,9 @@ def mlm(config: MlmConfig) -> dict:
     tokenizer = load_tokenizer(find_tokenizer([model_path]))
     splits = wikitext_splits(config.data_dir, config.dataset_config)
     limits = {"train": config.max_train_blocks, "validation": config.max_eval_blocks, "test": config.max_eval_blocks}
+    names = {split: split_name(config.data_dir, config.dataset_config, split) for split in splits}
     train, validation, test = (
-        blocks(
-            lines,
-            tokenizer,
-            config.block_size,
-            limits[split],
-            split_name(config.data_dir, config.dataset_config, split),
-        )
-        for split, lines in splits.items()
+        blocks(lines, tokenizer, config.block_size, limits[split], names[split]) for split, lines in splits.items()
     )
     writes = writes_run_folder()
     with runs.hold_run_folder(output_dir, "mlm", writes=writes), runs.naming_full_disk(output_dir):

@@ -48,9 +48,7 @@ class Lamb(torch.optim.Optimizer):
         for param in params:
             state = self.state[param]
             if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(param)
-                state["exp_avg_sq"] = torch.zeros_like(param)
+                state.update(step=0, exp_avg=torch.zeros_like(param), exp_avg_sq=torch.zeros_like(param))
             state["step"] += 1
         states = [self.state[param] for param in params]
         exp_avgs = [state["exp_avg"] for state in states]

@@ -291,10 +291,8 @@ def _warn_unreached_milestones(config: PretrainConfig, step_words: list[int]) ->
 def _optimizers(config: PretrainConfig, model) -> tuple:
     """The optimizer (LAMB or AdamW, no weight decay on biases and LayerNorms) and its warm-up + cosine schedule."""
     groups = parameter_groups(model, config.weight_decay)
-    if config.optimizer == "lamb":
-        optimizer = Lamb(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
-    else:
-        optimizer = torch.optim.AdamW(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
+    optimizer_class = Lamb if config.optimizer == "lamb" else torch.optim.AdamW
+    optimizer = optimizer_class(groups, lr=config.learning_rate, betas=(0.9, 0.98), eps=1e-6)
     return optimizer, warmup_cosine_schedule(optimizer, _warmup_steps(config), config.max_steps, config.final_lr_ratio)
 
 
