@@ -30,15 +30,15 @@ PAINTERS_STRATEGIES = ("skip", "middle_repeat", "reverse", "random", "parallel",
 # `elc-bert collate --track` and `--backend`: the BabyLM 2025 pipeline's text tracks and zero-shot backends, refused
 # here at once when misspelt. `elc_bert.runs.layout.TRACKS` and `elc_bert.evaluation.collate.BACKENDS` own them;
 # tests/test_cli.py holds these copies equal to them.
+COLLATE_TRACKS = ("strict-small", "strict", "interaction")
+COLLATE_BACKENDS = ("mlm", "causal", "mntp", "enc_dec_mask", "enc_dec_prefix")
+
 # `elc-bert analyze --recovery-*`: the recovery run's closed choices; `elc_bert.analysis.recovery` owns them
 # (`OPTIMIZERS`, `TRAINED`, `RESETS`; tests/test_recovery.py holds these copies equal to them). Its defaults live there
 # too: a flag left out is not passed on.
 RECOVERY_OPTIMIZERS = ("sgd", "adamw")
 RECOVERY_TRAINED = ("layer", "all")
 RECOVERY_RESETS = ("reinit", "zero")
-
-COLLATE_TRACKS = ("strict-small", "strict", "interaction")
-COLLATE_BACKENDS = ("mlm", "causal", "mntp", "enc_dec_mask", "enc_dec_prefix")
 
 
 class ConfigHelp(argparse.Action):
@@ -95,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or ELC_BERT_DEBUG=1)")
     parser.add_argument("--version", action="version", version=f"elc-bert {package_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
+    # options that several commands take alike
+    batch_tokens = dict(type=positive_int, help="token budget of one forward pass (rows x length)")
+    allow_unloaded = dict(action="store_true", help="accept missing, unexpected or mismatched checkpoint keys")
     for job, (folder, what) in JOBS.items():
         formatter = argparse.RawDescriptionHelpFormatter
         job_parser = commands.add_parser(job, help=what, description=what, add_help=False, formatter_class=formatter)
@@ -132,15 +135,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--name",
         help="report name, a file name: NAME.json/.md/.png in the model's folder (default: the data folder's name)",
     )
-    blimp_parser.add_argument(
-        "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
-    )
+    blimp_parser.add_argument("--batch-tokens", **batch_tokens)
     blimp_parser.add_argument("--max-pairs-per-set", type=positive_int, help="score only the first N pairs of each set")
     blimp_parser.add_argument("--causal", action="store_true", help="force the causal (left-to-right) scorer")
     blimp_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
-    blimp_parser.add_argument(
-        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
-    )
+    blimp_parser.add_argument("--allow-unloaded-weights", **allow_unloaded)
     babylm_parser = commands.add_parser(
         "eval-babylm", help="the BabyLM 2025 zero-shot tasks, scored as the official pipeline scores them"
     )
@@ -184,9 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the results root, the pipeline's results/ (default: outputs/eval-babylm): everything goes into its "
         "<model name>/ folder (the last part of MODEL), e.g. --out results writes results/<model name>/<revision>/...",
     )
-    babylm_parser.add_argument(
-        "--batch-tokens", type=positive_int, help="token budget of one forward pass (rows x length)"
-    )
+    babylm_parser.add_argument("--batch-tokens", **batch_tokens)
     babylm_parser.add_argument("--device", help="e.g. cpu, cuda (default: cuda when available)")
     collate_parser = commands.add_parser(
         "collate", help="the BabyLM 2025 submission file from a results tree, as the pipeline's collate_preds.py"
@@ -247,9 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--keep", nargs="+", type=int, metavar="LAYER", help="the layers to keep, in order")
     prune_parser.add_argument("--out", required=True, help="the folder to write (model, tokenizer, pruning.json)")
     prune_parser.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    prune_parser.add_argument(
-        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
-    )
+    prune_parser.add_argument("--allow-unloaded-weights", **allow_unloaded)
     hub_parser = commands.add_parser(
         "local-hub", help="a local, in-memory stand-in for the Hugging Face Hub, for dry runs of push and eval-babylm"
     )
@@ -299,7 +294,5 @@ def build_parser() -> argparse.ArgumentParser:
         "--recovery-tolerance", type=float, metavar="PERCENT", help="recovered: within this %% of the loss (default 5)"
     )
     analyze_parser.add_argument("--recovery-layers", nargs="+", type=int, metavar="LAYER", help="default: all")
-    analyze_parser.add_argument(
-        "--allow-unloaded-weights", action="store_true", help="accept missing, unexpected or mismatched checkpoint keys"
-    )
+    analyze_parser.add_argument("--allow-unloaded-weights", **allow_unloaded)
     return parser

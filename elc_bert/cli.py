@@ -20,10 +20,6 @@ from . import runs
 from .models.errors import InputError
 from .runs import DISK_FULL_ERRNOS  # a full disk is the user's to free: exit 2 as well
 
-# What a user can fix in their input: exit 2, like argparse's usage errors; our checks raise `InputError` for it.
-# Anything else (a ValueError from inside torch or transformers included) is a runtime failure: exit 1.
-INPUT_ERRORS = (InputError,)
-
 
 def main(argv=None) -> None:
     """`elc-bert` in this process (`python -m elc_bert.cli`, the tests): parses `argv`, then `execute`. The console
@@ -45,7 +41,9 @@ def execute(args) -> None:
     except Exception as error:
         if args.debug or os.environ.get("ELC_BERT_DEBUG") == "1":
             raise
-        fixable = isinstance(error, INPUT_ERRORS) or getattr(error, "errno", None) in DISK_FULL_ERRNOS
+        # What a user can fix in their input: exit 2, like argparse's usage errors; our checks raise `InputError` for
+        # it. Anything else (a ValueError from inside torch or transformers included) is a runtime failure: exit 1.
+        fixable = isinstance(error, InputError) or getattr(error, "errno", None) in DISK_FULL_ERRNOS
         kind = "error" if fixable else f"failed ({type(error).__name__})"
         message = str(error).strip() or type(error).__name__
         print(f"elc-bert {args.command}: {kind}: {message} (--debug shows the traceback)", file=sys.stderr)

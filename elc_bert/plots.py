@@ -32,9 +32,7 @@ def save(figure, path: str | Path) -> None:
 
 def _label_and_save(figure, axes, path, xlabel: str, ylabel: str, title: str, legend: bool) -> None:
     """The axis labels, title, grid and (for several series) legend of a line plot, then the PNG at `path`."""
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    axes.set_title(title)
+    axes.set(xlabel=xlabel, ylabel=ylabel, title=title)
     axes.grid(alpha=0.3)
     if legend:
         axes.legend()
@@ -92,9 +90,7 @@ def draw_layer_weights(axes, alpha, title: str = "ELC layer weights alpha"):
     image = axes.imshow(alpha, cmap="viridis", vmin=0.0, vmax=1.0)
     axes.set_xticks(range(layers + 1), ["emb"] + [str(i) for i in range(1, layers + 1)])
     axes.set_yticks(range(layers), [str(i) for i in range(1, layers + 1)])
-    axes.set_xlabel("source state (emb = y_0)")
-    axes.set_ylabel("block n")
-    axes.set_title(title)
+    axes.set(xlabel="source state (emb = y_0)", ylabel="block n", title=title)
     if layers <= MAX_ANNOTATED_LAYERS:
         for row in range(layers):
             for column in range(row + 1):
@@ -123,9 +119,8 @@ def draw_depth_profile(
         axes.plot(range(len(weights)), weights, marker="o", label=label)
     states = max(len(weights) for weights in profiles.values())
     axes.set_xticks(range(states), [str(n) if n else "emb" for n in range(first_state, first_state + states)])
-    axes.set_xlabel("fused state (emb = the embeddings)" if first_state == 0 else "fused state (layer)")
-    axes.set_ylabel("mean DWAtt weight")
-    axes.set_title(title)
+    xlabel = "fused state (emb = the embeddings)" if first_state == 0 else "fused state (layer)"
+    axes.set(xlabel=xlabel, ylabel="mean DWAtt weight", title=title)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=8)
 

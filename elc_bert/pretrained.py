@@ -159,16 +159,14 @@ def load_model(
     there), looked for before the model loads."""
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    from . import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and the layer-fusion models with the Auto classes)
+    from . import models  # noqa: F401  (registers ELC-BERT / LTG-BERT and layer-fusion models with the Auto classes)
 
     if kind is not None and kind not in KINDS:
         raise InputError(f"kind must be one of {KINDS} or None, got {kind!r}")
     name_or_path = resolve_model(str(name_or_path))
-    at = {}
-    if revision is not None:
-        if Path(name_or_path).exists():
-            raise InputError(f"{name_or_path} is a local folder: a revision is a branch of a Hub repository")
-        at = {"revision": revision}
+    if revision is not None and Path(name_or_path).exists():
+        raise InputError(f"{name_or_path} is a local folder: a revision is a branch of a Hub repository")
+    at = {} if revision is None else {"revision": revision}
     tokenizer_source = find_tokenizer([name_or_path])
     if kind is None:
         kind = language_model_kind(AutoConfig.from_pretrained(name_or_path, **at)) or ("masked" if lm_head else None)
@@ -197,8 +195,5 @@ def hub_revisions(repo_id: str) -> dict[str, str]:
         branches = {branch.name: branch.target_commit for branch in HfApi().list_repo_refs(repo_id).branches}
     except RepositoryNotFoundError:
         raise InputNotFoundError(f"{repo_id}: no such Hub model repository (or one private to another user)") from None
-    named = sorted((REVISION_WORDS[name], name) for name in branches if name in REVISION_WORDS)
-    revisions = {name: branches[name] for _, name in named}
-    if "main" in branches:
-        revisions["main"] = branches["main"]
-    return revisions
+    named = sorted((name for name in branches if name in REVISION_WORDS), key=REVISION_WORDS.get)
+    return {name: branches[name] for name in [*named, "main"] if name in branches}

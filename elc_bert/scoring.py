@@ -20,6 +20,7 @@ into batches under a token budget (rows x padded length), so one forward pass sc
 many sentences at once and padding is rare.
 """
 
+import contextlib
 import logging
 from collections.abc import Sequence
 
@@ -43,11 +44,9 @@ def _device_of(model) -> torch.device:
 
 def _padded(sequences: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """N x T_max int64 ids padded with pad_id, and the N lengths."""
-    lengths = torch.tensor([len(sequence) for sequence in sequences], dtype=torch.long)
-    ids = torch.full((len(sequences), int(lengths.max())), pad_id, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(sequence, dtype=torch.long)
-    return ids, lengths
+    rows = [torch.tensor(sequence, dtype=torch.long) for sequence in sequences]
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=pad_id), lengths
 
 
 def _budget_batches(row_lengths: torch.Tensor, batch_tokens: int) -> list[tuple[int, int]]:
@@ -112,18 +111,15 @@ def _logits(output) -> torch.Tensor:
     return output.logits if hasattr(output, "logits") else output[0]
 
 
-class _EvalMode:
+@contextlib.contextmanager
+def _eval_mode(model):
     """Dropout off while scoring; the model's train/eval mode is restored afterwards."""
-
-    def __init__(self, model):
-        self.model = model
-
-    def __enter__(self):
-        self.was_training = self.model.training
-        self.model.eval()
-
-    def __exit__(self, *exc):
-        self.model.train(self.was_training)
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def _scored(encoded, index: int, start: int | None, special: list[int]) -> list[int]:
@@ -157,15 +153,13 @@ def _masked_lm_inputs(tokenizer, texts: list[str], starts: list[int | None], wor
 def _causal_inputs(tokenizer, texts: list[str], starts: list[int | None]):
     """The ids of `texts` after the tokenizer's BOS token (when it has one), and 1 where a token is scored: every one
     but the BOS, or a completion's (its span ends after the completion's start)."""
-    bos = tokenizer.bos_token_id
+    prefix = [] if tokenizer.bos_token_id is None else [tokenizer.bos_token_id]  # the BOS token, where there is one
     encoded = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-    sequences = [([bos] if bos is not None else []) + ids for ids in encoded["input_ids"]]
-    scored = [
-        ([0] if bos is not None else []) + [int(start is None or end > start) for _, end in offsets]
-        for start, offsets in zip(starts, encoded["offset_mapping"])
-    ]
-    if bos is None:  # the first token is context only: nothing before it predicts it
-        scored = [[0, *flags[1:]] if flags else flags for flags in scored]
+    sequences = [prefix + ids for ids in encoded["input_ids"]]
+    scored = []
+    for start, offsets in zip(starts, encoded["offset_mapping"]):
+        flags = [0] * len(prefix) + [int(start is None or end > start) for _, end in offsets]
+        scored.append([0, *flags[1:]] if flags else flags)  # the first token is context only: nothing predicts it
     return sequences, scored
 
 
@@ -238,13 +232,12 @@ def pseudo_log_likelihoods(
         tokenizer, texts, [start for _, start in unique], pll == "within_word_l2r"
     )
     _refuse_unscored(texts, [not all(flags) for flags in not_scored], _first_positions(keys))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     totals = token_pseudo_log_likelihoods(
         model,
         encoded["input_ids"],
         not_scored,
         tokenizer.mask_token_id,
-        pad_id,
+        tokenizer.pad_token_id or 0,
         batch_tokens=batch_tokens,
         progress=progress,
         word_ids=word_ids,
@@ -291,7 +284,7 @@ def token_pseudo_log_likelihoods(
     restrict = _restricts_logits(model)
     head = _MaskedPositionsOnly(None if restrict else model)
     bar = tqdm(total=len(row_sentence), desc="PLL", unit="copy", disable=not progress)
-    with _EvalMode(model), head, bar:
+    with _eval_mode(model), head, bar:
         for start, end in _budget_batches(row_lengths, batch_tokens):
             sentence, position = row_sentence[start:end], row_position[start:end]
             length = int(row_lengths[start])
@@ -348,7 +341,7 @@ def next_token_log_probs(
     order = torch.sort(lengths, descending=True, stable=True).indices
     device = _device_of(model)
     head = _MaskedPositionsOnly(model)
-    with _EvalMode(model), head, tqdm(total=len(sequences), desc="next token", disable=not progress) as bar:
+    with _eval_mode(model), head, tqdm(total=len(sequences), desc="next token", disable=not progress) as bar:
         for start, end in _budget_batches(lengths[order], batch_tokens):
             rows = order[start:end]
             length = int(lengths[rows[0]])
@@ -387,14 +380,13 @@ def causal_log_likelihoods(
     texts = [text for text, _ in unique]
     sequences, scored_tokens = _causal_inputs(tokenizer, texts, [start for _, start in unique])
     _refuse_unscored(texts, [any(flags) for flags in scored_tokens], _first_positions(keys))
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    all_ids, lengths = _padded(sequences, pad_id)
+    all_ids, lengths = _padded(sequences, tokenizer.pad_token_id or 0)
     all_scored, _ = _padded(scored_tokens, 0)
     order = torch.sort(lengths, descending=True, stable=True).indices
 
     device = _device_of(model)
     totals = torch.zeros(len(unique), dtype=torch.float64)
-    with _EvalMode(model), tqdm(total=len(unique), desc="log-likelihood", unit="sent", disable=not progress) as bar:
+    with _eval_mode(model), tqdm(total=len(unique), desc="log-likelihood", unit="sent", disable=not progress) as bar:
         for start, end in _budget_batches(lengths[order], batch_tokens):
             sentence = order[start:end]
             batch_lengths = lengths[sentence]

@@ -51,10 +51,8 @@ def painters_plan(strategy: str, num_layers: int, start: int, seed: int = 0, ite
     elif strategy == "random":
         changed = middle[:]
         random.Random(seed).shuffle(changed)
-    elif strategy == "parallel":
-        changed = [Parallel(tuple(middle), 1)]
-    elif strategy == "looped_parallel":
-        changed = [Parallel(tuple(middle), iterations)]
+    elif strategy in ("parallel", "looped_parallel"):
+        changed = [Parallel(tuple(middle), iterations if strategy == "looped_parallel" else 1)]
     else:
         raise InputError(f"unknown strategy {strategy!r}; choose from {STRATEGIES}")
     return head + changed + tail
@@ -76,22 +74,24 @@ def swap_plan(num_layers: int, first: int) -> list:
 def layer_list(model: nn.Module) -> tuple[nn.Module, str]:
     """The module holding the model's layer ModuleList, and its attribute name."""
     for module in model.modules():
+        # BertEncoder.layer, LlamaModel.layers, ElcBertEncoder.layers; not e.g. a fusion head's per-depth list
+        if not type(module).__name__.endswith(("Encoder", "Model", "Decoder", "Transformer")):
+            continue
         for name in ("layer", "layers"):
             candidate = getattr(module, name, None)
-            if isinstance(candidate, nn.ModuleList) and len(candidate) and _is_block_list(module, name):
+            if isinstance(candidate, nn.ModuleList) and len(candidate):
                 return module, name
     raise InputError(f"{type(model).__name__}: no layer list found (expected an encoder's `layer` or a `layers` list)")
 
 
-def _is_block_list(module: nn.Module, name: str) -> bool:
-    # BertEncoder.layer, LlamaModel.layers, ElcBertEncoder.layers; not e.g. a fusion head's per-depth list
-    return type(module).__name__.endswith(("Encoder", "Model", "Decoder", "Transformer"))
+def layer_modules(model: nn.Module) -> nn.ModuleList:
+    """The model's layer ModuleList (`layer_list`)."""
+    return getattr(*layer_list(model))
 
 
 def num_layers(model: nn.Module) -> int:
     """How many layers the model's layer list holds (`layer_list`)."""
-    owner, name = layer_list(model)
-    return len(getattr(owner, name))
+    return len(layer_modules(model))
 
 
 class _ParallelBlock(nn.Module):
@@ -145,18 +145,25 @@ def apply_layer_plan(model: nn.Module, plan: list):
 
 
 @contextlib.contextmanager
-def scale_layer_weights(model: nn.Module, index: int, factor: float):
-    """Multiplies every weight of layer `index` by `factor` inside the `with` block (0.9 in the heterogeneity
-    study); the original tensors are copied back on leaving, bit for bit."""
-    owner, name = layer_list(model)
-    parameters = list(getattr(owner, name)[index].parameters())
-    saved = [parameter.detach().clone() for parameter in parameters]
+def edit_parameters(model: nn.Module, named_parameters, edit):
+    """Inside the block, each parameter `p` named `name` of `named_parameters` holds `edit(name, p)` (a tensor of p's
+    shape; None leaves it as it is); the original tensors are copied back on leaving, bit for bit."""
+    saved = []
     try:
         with torch.no_grad():
-            for parameter in parameters:
-                parameter.mul_(factor)
+            for name, parameter in named_parameters:
+                new = edit(name, parameter.detach())
+                if new is not None:
+                    saved.append((parameter, parameter.detach().clone()))
+                    parameter.copy_(new)
         yield model
     finally:
         with torch.no_grad():
-            for parameter, original in zip(parameters, saved):
+            for parameter, original in saved:
                 parameter.copy_(original)
+
+
+def scale_layer_weights(model: nn.Module, index: int, factor: float):
+    """Multiplies every weight of layer `index` by `factor` inside the `with` block (0.9 in the heterogeneity
+    study); the original tensors are copied back on leaving, bit for bit."""
+    return edit_parameters(model, layer_modules(model)[index].named_parameters(), lambda name, w: w * factor)

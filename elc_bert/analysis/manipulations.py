@@ -13,13 +13,11 @@ A layer's pooled R^2 is the same ratio with the sums taken over all its tensor t
 sums.
 """
 
-import contextlib
-
 import torch
 from tqdm.auto import tqdm
 
 from ..models.errors import InputError
-from .interventions import layer_list, num_layers, scale_layer_weights
+from .interventions import edit_parameters, layer_modules, num_layers, scale_layer_weights
 
 SCALES = (0.8, 0.9, 1.1)  # the study's scalings; only 0.9 kept quality in SmolLM2-135M
 NOISE = 0.1  # additive noise: std as a fraction of each tensor's RMS
@@ -27,14 +25,9 @@ PRUNE_FRACTION = 0.5  # magnitude pruning: the share of each matrix's entries se
 RANK_FRACTION = 0.5  # rank truncation: the share of each matrix's singular values kept
 
 
-def _layers(model) -> list[torch.nn.Module]:
-    owner, name = layer_list(model)
-    return list(getattr(owner, name))
-
-
 def tensor_types(model) -> list[str]:
     """The parameter names that every layer has, with one shape in all layers (the tensor types)."""
-    shapes = [{name: p.shape for name, p in layer.named_parameters()} for layer in _layers(model)]
+    shapes = [{name: p.shape for name, p in layer.named_parameters()} for layer in layer_modules(model)]
     return [name for name in shapes[0] if all(s.get(name) == shapes[0][name] for s in shapes)]
 
 
@@ -47,7 +40,7 @@ def _check_layer(model, layer: int) -> None:
 def predicted_weights(model, layer: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
     """Layer `layer`'s weights predicted from its neighbours (see the module docstring), per tensor type."""
     _check_layer(model, layer)
-    layers = _layers(model)
+    layers = layer_modules(model)
     if len(layers) < 2:
         raise InputError(f"{type(model).__name__} has one layer: no neighbour to predict it from")
     neighbours = [i for i in (layer - 1, layer + 1) if 0 <= i < len(layers)]
@@ -63,7 +56,7 @@ def _r2(residual: float, spread: float) -> float | None:
 def weight_predictability(model) -> dict:
     """R^2 of every layer's weights predicted from its neighbours, pooled and per tensor type (module docstring);
     a one-layer model has no prediction (an empty list of layers)."""
-    layers, types = _layers(model), tensor_types(model)
+    layers, types = layer_modules(model), tensor_types(model)
     rows = []
     for index in range(len(layers) if len(layers) > 1 else 0):
         prediction, weights = predicted_weights(model, index, torch.float64), dict(layers[index].named_parameters())
@@ -77,24 +70,10 @@ def weight_predictability(model) -> dict:
     return {"tensor_types": types, "layers": rows}
 
 
-@contextlib.contextmanager
 def edit_layer_weights(model, layer: int, edit):
-    """Inside the block, each parameter `p` named `name` of layer `layer` holds `edit(name, p)` (a tensor of p's
-    shape; None leaves it as it is); the original tensors are copied back on leaving, bit for bit."""
+    """Inside the block, each parameter `p` named `name` of layer `layer` holds `edit(name, p)` (`edit_parameters`)."""
     _check_layer(model, layer)
-    saved = []
-    try:
-        with torch.no_grad():
-            for name, parameter in _layers(model)[layer].named_parameters():
-                new = edit(name, parameter.detach())
-                if new is not None:
-                    saved.append((parameter, parameter.detach().clone()))
-                    parameter.copy_(new)
-        yield model
-    finally:
-        with torch.no_grad():
-            for parameter, original in saved:
-                parameter.copy_(original)
+    return edit_parameters(model, layer_modules(model)[layer].named_parameters(), edit)
 
 
 def substitute_predicted_weights(model, layer: int):

@@ -18,7 +18,7 @@ from ..models import FUSIONS
 from ..models.errors import InputError
 from ..pretrained import language_model_kind
 from ..scoring import DEFAULT_BATCH_TOKENS, token_pseudo_log_likelihoods
-from .interventions import STRATEGIES, apply_layer_plan, layer_list, num_layers, painters_plan, skip_plan
+from .interventions import STRATEGIES, apply_layer_plan, layer_modules, num_layers, painters_plan, skip_plan
 from .manipulations import tensor_types
 
 
@@ -44,8 +44,7 @@ def _model_inputs(model, batch: dict) -> dict:
 @torch.inference_mode()
 def layer_stream(model, batch: dict) -> tuple[list[torch.Tensor], torch.Tensor]:
     """[h_0, ..., h_T] (each N x D over the real tokens of `batch`, float32) and the real-token mask."""
-    owner, name = layer_list(model)
-    layers = getattr(owner, name)
+    layers = layer_modules(model)
     states = []
 
     def keep(output):
@@ -242,19 +241,9 @@ def leave_one_out(model, metric) -> dict:
         with apply_layer_plan(model, skip_plan(total, layer)):
             value = metric()
         change = 100 * (value - base) / abs(base) if metric.relative else None
-        rows.append(
-            {
-                "layer": layer,
-                "metric": value,
-                "change_percent": change,
-                "removal_helps": metric.relative and _better(metric, value, base),
-            }
-        )
+        helps = metric.relative and (value > base if getattr(metric, "higher_is_better", False) else value < base)
+        rows.append({"layer": layer, "metric": value, "change_percent": change, "removal_helps": helps})
     return {"metric": metric.name, "baseline": base, "layers": rows}
-
-
-def _better(metric, value: float, base: float) -> bool:
-    return value > base if getattr(metric, "higher_is_better", False) else value < base
 
 
 def painters_sweep(model, metric, strategies=STRATEGIES, seeds: int = 3, iterations: int = 3) -> dict:
@@ -275,19 +264,15 @@ def painters_sweep(model, metric, strategies=STRATEGIES, seeds: int = 3, iterati
     return {"metric": metric.name, "baseline": metric(), "curves": curves}
 
 
-def _flat_layer_weights(model) -> list[torch.Tensor]:
-    """Each layer's parameters that have the same shape in every layer, flattened and concatenated."""
-    layers, common = getattr(*layer_list(model)), tensor_types(model)
-    return [
-        torch.cat([dict(layer.named_parameters())[n].detach().float().flatten() for n in common]) for layer in layers
-    ]
-
-
 def weight_statistics(model, null_permutations: int = 20, seed: int = 0) -> dict:
     """Per layer: the parameters' L2 norm, mean, std; and the mean correlation of consecutive weight deltas,
     corr(e_{l+1} - e_l, e_{l+2} - e_{l+1}), beside the same statistic with the layers shuffled (a null: independent
     layers give -1/2 by construction)."""
-    weights = _flat_layer_weights(model)
+    # Each layer's parameters that have the same shape in every layer, flattened and concatenated
+    layers, common = layer_modules(model), tensor_types(model)
+    weights = [
+        torch.cat([dict(layer.named_parameters())[n].detach().float().flatten() for n in common]) for layer in layers
+    ]
 
     def delta_correlation(order):
         deltas = [weights[b] - weights[a] for a, b in zip(order, order[1:])]

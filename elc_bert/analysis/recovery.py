@@ -32,7 +32,7 @@ from .. import plots
 from ..data.jsonl import read_json
 from ..models.errors import InputError
 from ..runs.saved import replace_file
-from .interventions import layer_list, num_layers
+from .interventions import layer_modules, num_layers
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +79,7 @@ class RecoverySettings:
                 raise InputError(f"recovery {field} {value!r}: choose from {', '.join(choices)}")
 
     def threshold(self, relative: bool) -> float:
-        if relative:
-            return self.baseline + self.tolerance_percent / 100 * abs(self.baseline)
-        return self.baseline + self.tolerance_percent / 100
+        return self.baseline + self.tolerance_percent / 100 * (abs(self.baseline) if relative else 1)
 
 
 def _reset_layer(model, layer: torch.nn.Module, reset: str, seed: int) -> None:
@@ -110,12 +108,10 @@ def recover_layer(model, metric, index: int, settings: RecoverySettings, held=No
     """The recovery curve of layer `index` (module docstring): K + 1 values, on a copy of `model`, trained against
     `metric` and measured on `held` (the metric on held-out sentences; None: `metric` itself)."""
     work = copy.deepcopy(model).eval()  # dropout off: the loss trained is the metric measured
-    owner, name = layer_list(work)
-    layer = getattr(owner, name)[index]
+    layer = layer_modules(work)[index]
     _reset_layer(work, layer, settings.reset, settings.seed + index)
     trained = list((layer if settings.train == "layer" else work).parameters())
-    for parameter in work.parameters():
-        parameter.requires_grad_(False)
+    work.requires_grad_(False)
     for parameter in trained:
         parameter.requires_grad_(True)
     optimizer_class = torch.optim.SGD if settings.optimizer == "sgd" else torch.optim.AdamW
@@ -131,14 +127,6 @@ def recover_layer(model, metric, index: int, settings: RecoverySettings, held=No
         optimizer.step()
     curve.append((measured or work_metric)())
     return curve
-
-
-def _summary(layer: int, curve: list[float], settings: RecoverySettings, relative: bool) -> dict:
-    threshold = settings.threshold(relative)
-    steps = next((t for t, value in enumerate(curve) if value <= threshold), None)
-    gaps = [value - settings.baseline for value in curve]
-    area = sum((a + b) / 2 for a, b in zip(gaps, gaps[1:]))
-    return {"layer": layer, "steps_to_recover": steps, "area": area, "curve": curve}
 
 
 def _load(path: Path, settings: RecoverySettings) -> dict[int, dict]:
@@ -162,11 +150,6 @@ def _load(path: Path, settings: RecoverySettings) -> dict[int, dict]:
             f"{path} holds a recovery run with other settings ({changes}); use another output folder or remove it"
         )
     return rows
-
-
-def _write(path: Path, settings: RecoverySettings, rows: dict[int, dict]) -> None:
-    document = {"settings": asdict(settings), "layers": [rows[layer] for layer in sorted(rows)]}
-    replace_file(path, json.dumps(document, indent=2))
 
 
 def check_recovery(model, steps: int, layers=None, **options) -> list[int]:
@@ -205,10 +188,16 @@ def recovery_speed(
     rows = _load(path, settings)
     if rows:
         logger.info("%s: %d of %d layers already done, skipped", path, len(set(rows) & set(layers)), len(layers))
+    threshold = settings.threshold(metric.relative)
     for layer in tqdm([layer for layer in layers if layer not in rows], desc="recovery"):
-        rows[layer] = _summary(layer, recover_layer(model, trained, layer, settings, held), settings, metric.relative)
-        _write(path, settings, rows)
-    result = {"settings": asdict(settings), "threshold": settings.threshold(metric.relative)}
+        curve = recover_layer(model, trained, layer, settings, held)
+        steps = next((t for t, value in enumerate(curve) if value <= threshold), None)
+        gaps = [value - settings.baseline for value in curve]
+        area = sum((a + b) / 2 for a, b in zip(gaps, gaps[1:]))
+        rows[layer] = {"layer": layer, "steps_to_recover": steps, "area": area, "curve": curve}
+        document = {"settings": asdict(settings), "layers": [rows[layer] for layer in sorted(rows)]}
+        replace_file(path, json.dumps(document, indent=2))
+    result = {"settings": asdict(settings), "threshold": threshold}
     result["layers"] = [rows[layer] for layer in layers]
     result["spearman"] = _correlations(result["layers"], importance)
     plot_recovery(result, out_dir / RECOVERY_PNG)

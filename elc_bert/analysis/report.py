@@ -96,12 +96,11 @@ def analyze(
         "manipulations": manipulation_sweep(model, metric, seed=seed) if manipulations else None,
         "depth_profiles": depth_profiles(model, batches),
         "first_fused_state": 0 if getattr(model.config, "fuse_embeddings", True) else 1,  # DWAtt's z_0 or z_1 first
+        "recovery": None,
     }
     if recovery is not None:
         importance = report["leave_one_out"] if metric is task_metric else leave_one_out(model, task_metric)
         report["recovery"] = recovery_speed(model, task_metric, out_dir, importance=importance, **recovery)
-    else:
-        report["recovery"] = None
     (out_dir / REPORT_JSON).write_text(json.dumps(report, indent=2))
     (out_dir / REPORT_MD).write_text(markdown(report))
     write_plots(report, out_dir)
@@ -155,17 +154,15 @@ def markdown(report: dict) -> str:
         for strategy in strategies:
             cells = [f"{point['metric']:.4f}" for point in painters["curves"][strategy]]
             lines.append(f"| {strategy} | " + " | ".join(cells) + " |")
-    lines += ["", "Plots: similarity_cosine.png, similarity_cka.png, layer_metrics.png, leave_one_out.png"]
-    if report["weight_predictability"]["layers"]:
-        lines[-1] += f", {PREDICTABILITY_PNG}"
-    if report["manipulations"]:
-        lines[-1] += f", {MANIPULATIONS_PNG}"
-    if report["recovery"]:
-        lines[-1] += f", {RECOVERY_PNG}"
-    if report["painters"]:
-        lines[-1] += ", painters_sweep.png"
-    if report["depth_profiles"]:
-        lines[-1] += ", depth_profiles.png"
+    optional = {
+        PREDICTABILITY_PNG: report["weight_predictability"]["layers"],
+        MANIPULATIONS_PNG: report["manipulations"],
+        RECOVERY_PNG: report["recovery"],
+        "painters_sweep.png": report["painters"],
+        "depth_profiles.png": report["depth_profiles"],
+    }
+    plotted = ["similarity_cosine.png", "similarity_cka.png", "layer_metrics.png", "leave_one_out.png"]
+    lines += ["", "Plots: " + ", ".join(plotted + [name for name, drawn in optional.items() if drawn])]
     return "\n".join(lines) + "\n"
 
 

@@ -64,9 +64,8 @@ def check_weights_loaded(source, model, loading_info: dict, accept_hint: str) ->
         "mismatched": "of another shape in the checkpoint (randomly initialised)",
         "unexpected": "in the checkpoint but not in the model's modules (another architecture)",
     }
-    problems = [f"{why[kind]}: {key_list(keys)}" for kind, keys in unloaded.items() if keys]
+    problems = "; ".join(f"{why[kind]}: {key_list(keys)}" for kind, keys in unloaded.items() if keys)
     if problems:
-        problems = "; ".join(problems)
         raise InputError(f"{source}: the checkpoint does not fill {type(model).__name__}; {problems}. {accept_hint}")
 
 
@@ -162,11 +161,10 @@ def check_max_length(max_length: int, model_config, tokenizer, model_source, key
     positions = getattr(model_config, "max_position_embeddings", None)
     if isinstance(model_config, ElcBertConfig) or positions is None:
         return
-    limits = {"max_position_embeddings": positions}
+    what, limit = "max_position_embeddings", positions
     declared = getattr(tokenizer, "model_max_length", None)
     if declared is not None and declared < min(positions, 1_000_000):  # the library's stand-in for none is 1e30
-        limits = {"tokenizer's model_max_length": declared}
-    (what, limit), *_ = limits.items()
+        what, limit = "tokenizer's model_max_length", declared
     if max_length > limit:
         raise InputError(
             f"{key} {max_length} is more than the model of {model_source} takes: its {what} is {limit}. "

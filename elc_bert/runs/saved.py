@@ -98,14 +98,10 @@ def replacing_folder(folder: str | Path, scratch: str | Path | None = None):
     before writing. One whose write raised is removed at once; an interruption (Ctrl-C) leaves it, as a kill does:
     stopping is not held up by deleting a large folder."""
     folder = Path(folder)
-    if scratch is None:
-        scratch = folder.with_name(_scratch_name(folder))
-        scratch.mkdir(parents=True)
-    else:
-        scratch = Path(scratch)
-        if scratch.exists():
-            shutil.rmtree(scratch)
-        scratch.mkdir(parents=True)
+    scratch = folder.with_name(_scratch_name(folder)) if scratch is None else Path(scratch)
+    if scratch.exists():  # the caller's, left by a killed write (a name of our own is new)
+        shutil.rmtree(scratch)
+    scratch.mkdir(parents=True)
     try:
         yield scratch
     except Exception:

@@ -85,10 +85,9 @@ def claim(run_dir: Path) -> str | None:
         return None
     except FileExistsError:
         held_by = holder(run_dir)
-        if held_by is not None:
-            return held_by
-    path.write_text(me)  # this process's own claim, or a stale one
-    return None
+        if held_by is None:
+            path.write_text(me)  # this process's own claim, or a stale one
+        return held_by
 
 
 def holder(run_dir: Path) -> str | None:
