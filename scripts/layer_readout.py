@@ -105,16 +105,7 @@ def pooled_rho(tables: list[dict], use: str, target: str, bootstrap: dict) -> di
     def interval(samples) -> list[float]:
         if all(len(set(table[target])) < 2 for table in tables):
             return [float("nan"), float("nan")]
-        result = stats.bootstrap(
-            samples,
-            mean_rho,
-            n_resamples=bootstrap["resamples"],
-            confidence_level=bootstrap["confidence"],
-            method="percentile",
-            vectorized=False,
-            random_state=np.random.default_rng(bootstrap["seed"]),
-        )
-        return [float(result.confidence_interval.low), float(result.confidence_interval.high)]
+        return percentile_interval(samples, mean_rho, bootstrap)
 
     indices = [np.arange(len(t["use"])) for t in tables]
     per_seed = []
@@ -126,9 +117,18 @@ def pooled_rho(tables: list[dict], use: str, target: str, bootstrap: dict) -> di
 
 
 def interval_one(table: dict, use: str, target: str, idx, bootstrap: dict) -> list[float]:
+    def statistic(i):
+        return spearman([table[use][k] for k in i], [table[target][k] for k in i])
+
+    return percentile_interval((idx,), statistic, bootstrap)
+
+
+def percentile_interval(samples, statistic, bootstrap: dict) -> list[float]:
+    """The percentile bootstrap interval of `statistic` over `samples`, with the plan's resamples, confidence and
+    seed."""
     result = stats.bootstrap(
-        (idx,),
-        lambda i: spearman([table[use][k] for k in i], [table[target][k] for k in i]),
+        samples,
+        statistic,
         n_resamples=bootstrap["resamples"],
         confidence_level=bootstrap["confidence"],
         method="percentile",

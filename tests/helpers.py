@@ -664,3 +664,23 @@ def naive_spearman(x, y) -> float:
     mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
     cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
     return cov / math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+
+
+def tiny_pretrain_config(tmp_path, **overrides):
+    """A PretrainConfig of a tiny model on the bundled WikiText-2 sample: 6 steps of 8 samples of 32 tokens, a
+    checkpoint every 3 steps, into tmp_path/run; `overrides` replace or add fields."""
+    from elc_bert.training.pretrain import PretrainConfig
+
+    values = dict(
+        output_dir=str(tmp_path / "run"),
+        data_dir=str(WIKITEXT_SAMPLE.parent),
+        train_files=[WIKITEXT_SAMPLE.name],
+        preset="tiny",
+        vocab_size=600,
+        min_frequency=2,
+        seq_length=32,
+        max_steps=6,
+        batch_size=8,
+        training={"save_steps": 3, "logging_steps": 1, "dataloader_num_workers": 0},
+    )
+    return PretrainConfig(**{**values, **overrides})

